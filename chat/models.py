@@ -1,0 +1,162 @@
+"""Chat sessions, their transcript, their data contexts and the pauses of their turns.
+
+The transcript is stored in the shape an LLM is fed: user messages, assistant messages with
+the tool calls they made, and one `tool` message per call holding its result. The engine
+keeps the invariant that every call has exactly one result (see chat/turns.py).
+"""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class ChatSession(models.Model):
+    class TurnState(models.TextChoices):
+        IDLE = "idle"
+        RUNNING = "running"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions")
+    title = models.CharField(max_length=200, blank=True)
+    allow_backend_tools = models.BooleanField(default=False)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+    # The claim that keeps one turn per session across processes (chat/turns.py).
+    turn_state = models.CharField(max_length=16, choices=TurnState.choices, default=TurnState.IDLE)
+    turn_lease = models.DateTimeField(null=True, blank=True)
+    turn_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return self.title or f"Session {self.pk}"
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+        # A note from the app (e.g. "the model's server failed"): shown, never sent to the model.
+        NOTE = "note"
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="messages")
+    turn = models.PositiveIntegerField(default=0)
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True)
+    # Assistant messages: [{"id", "name", "arguments"}] with arguments as the model's JSON text.
+    tool_calls = models.JSONField(default=list, blank=True)
+    # Tool messages: which call this answers, and whether the answer is a refusal or error.
+    tool_call_id = models.CharField(max_length=128, blank=True, db_index=True)
+    tool_name = models.CharField(max_length=64, blank=True)
+    is_error = models.BooleanField(default=False)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            # Invariant 1 of the engine: at most one result per tool call.
+            models.UniqueConstraint(
+                fields=["session", "tool_call_id"],
+                condition=models.Q(role="tool"),
+                name="one_result_per_tool_call",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.content[:60]}"
+
+
+class Artifact(models.Model):
+    """A data context of the session, addressable from markup as `${artifact_id.path}`."""
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="artifacts")
+    artifact_id = models.CharField(max_length=64)
+    kind = models.CharField(max_length=32)
+    data = models.JSONField()
+    origin = models.CharField(max_length=64, help_text="tool:<name> or client:<context type>")
+    message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["session", "artifact_id"], name="unique_artifact_id")]
+
+    def __str__(self) -> str:
+        return self.artifact_id
+
+
+class Approval(models.Model):
+    """A backend tool call waiting for the user: the pause of a turn, as data."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        SET_ASIDE = "set_aside"
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="approvals")
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="approvals")
+    tool_call_id = models.CharField(max_length=128)
+    tool_name = models.CharField(max_length=64)
+    arguments = models.JSONField(default=dict)
+    reasons = models.JSONField(default=list)
+    cost_credits = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} ({self.status})"
+
+
+class PendingDecision(models.Model):
+    """A blocking client-tool call that the reader answers (no `serve`): a pause, as data."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        ANSWERED = "answered"
+        SET_ASIDE = "set_aside"
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="pending_decisions")
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="pending_decisions")
+    tool_call_id = models.CharField(max_length=128)
+    name = models.CharField(max_length=64)
+    arguments = models.JSONField(default=dict)
+    # The declaration as registered when the call was made: the answer is validated against it.
+    result_schema = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
+
+
+class ClientToolRegistration(models.Model):
+    """The client tools one socket declared; every process reads them from here.
+
+    Keyed by the socket's channel name; deleted when the socket closes.
+    """
+
+    channel_name = models.CharField(max_length=255, unique=True)
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="client_tool_registrations")
+    tools = models.JSONField(default=list)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated"]
+
+    def __str__(self) -> str:
+        return f"{self.channel_name} → {self.session_id}"

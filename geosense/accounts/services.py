@@ -1,0 +1,75 @@
+"""Token and credit services: the only code that writes tokens, balances and the ledger."""
+
+import hashlib
+import secrets
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from .models import ApiToken, CreditAccount, CreditCharge
+
+TOKEN_PREFIX = "gs_"
+
+
+class InsufficientCredits(Exception):
+    def __init__(self, *, needed: int, balance: int) -> None:
+        super().__init__(f"This needs {needed} credits and the balance is {balance}.")
+        self.needed = needed
+        self.balance = balance
+
+
+def token_digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def api_token_create(*, user: AbstractBaseUser) -> str:
+    """Create a token and return it in clear; this is the only time it is ever seen."""
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    ApiToken.objects.create(user=user, digest=token_digest(raw), prefix=raw[:8])
+    return raw
+
+
+def api_token_user(*, raw: str) -> AbstractBaseUser | None:
+    """The active user a raw token belongs to, or None."""
+    token = ApiToken.objects.select_related("user").filter(digest=token_digest(raw)).first()
+    if token is None or not token.user.is_active:
+        return None
+    ApiToken.objects.filter(pk=token.pk).update(last_used=timezone.now())
+    return token.user
+
+
+def credit_balance(*, user: AbstractBaseUser) -> int:
+    account = CreditAccount.objects.filter(user=user).first()
+    return account.balance if account else 0
+
+
+def credit_set(*, user: AbstractBaseUser, balance: int) -> CreditAccount:
+    account, _ = CreditAccount.objects.update_or_create(user=user, defaults={"balance": balance})
+    return account
+
+
+def credit_charge(
+    *, user: AbstractBaseUser, amount: int, tool_call_id: str, tool_name: str, session_id: str = ""
+) -> int:
+    """Charge a tool call once; returns the new balance.
+
+    Must run inside the caller's transaction (the one that decides the approval), so that a
+    decision and its charge land together. The conditional update never lets the balance go
+    below zero, and the ledger's unique call id makes a second charge of one call impossible.
+    """
+    if amount <= 0:
+        return credit_balance(user=user)
+    with transaction.atomic():
+        if CreditCharge.objects.filter(tool_call_id=tool_call_id).exists():
+            return credit_balance(user=user)
+        updated = CreditAccount.objects.filter(user=user, balance__gte=amount).update(
+            balance=F("balance") - amount
+        )
+        if not updated:
+            raise InsufficientCredits(needed=amount, balance=credit_balance(user=user))
+        CreditCharge.objects.create(
+            user=user, amount=amount, tool_call_id=tool_call_id, tool_name=tool_name, session_id=session_id
+        )
+    return credit_balance(user=user)

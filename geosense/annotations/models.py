@@ -1,0 +1,54 @@
+"""Annotations: shapes drawn over a place, each with a class, measures and feature vectors."""
+
+from django.db import models
+from django.utils import timezone
+
+
+class LiveAnnotationManager(models.Manager):
+    """Every query of the app goes through this manager: soft-deleted annotations vanish."""
+
+    def get_queryset(self):
+        return super().get_queryset().filter(deleted_at__isnull=True)
+
+
+class Annotation(models.Model):
+    # The integer id is the one the agent and the markup talk about (`<ref id>`, `ids`).
+    category = models.CharField("class", max_length=64, db_index=True)
+    # WGS84 GeoJSON geometry (Point, LineString or Polygon): portable across SQLite and
+    # PostgreSQL; the bounding box columns below make bbox filters indexable.
+    geometry = models.JSONField()
+    min_lon = models.FloatField()
+    min_lat = models.FloatField()
+    max_lon = models.FloatField()
+    max_lat = models.FloatField()
+    area_m2 = models.FloatField(default=0.0, help_text="Geodesic area (polygons).")
+    length_m = models.FloatField(default=0.0, help_text="Geodesic length, or a polygon's perimeter.")
+    attributes = models.JSONField(default=dict, blank=True)
+    # Named feature vectors for similarity search: {"shape": [..], "<name>": [..]}.
+    vectors = models.JSONField(default=dict, blank=True)
+    source = models.CharField(max_length=64, blank=True, help_text="seed_demo, an import file, …")
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+    deleted_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    objects = LiveAnnotationManager()
+    all_objects = models.Manager()
+
+    class Meta:
+        base_manager_name = "all_objects"
+        indexes = [models.Index(fields=["min_lon", "min_lat", "max_lon", "max_lat"])]
+
+    def __str__(self) -> str:
+        return f"{self.category} {self.pk}"
+
+    @property
+    def is_deleted(self) -> bool:
+        return self.deleted_at is not None
+
+    def soft_delete(self) -> None:
+        self.deleted_at = timezone.now()
+        self.save(update_fields=["deleted_at", "updated"])
+
+    def restore(self) -> None:
+        self.deleted_at = None
+        self.save(update_fields=["deleted_at", "updated"])
