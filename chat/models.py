@@ -17,7 +17,9 @@ class ChatSession(models.Model):
         RUNNING = "running"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions"
+    )
     title = models.CharField(max_length=200, blank=True)
     allow_backend_tools = models.BooleanField(default=False)
     created = models.DateTimeField(auto_now_add=True)
@@ -82,7 +84,9 @@ class Artifact(models.Model):
 
     class Meta:
         ordering = ["id"]
-        constraints = [models.UniqueConstraint(fields=["session", "artifact_id"], name="unique_artifact_id")]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "artifact_id"], name="unique_artifact_id")
+        ]
 
     def __str__(self) -> str:
         return self.artifact_id
@@ -104,7 +108,9 @@ class Approval(models.Model):
     arguments = models.JSONField(default=dict)
     reasons = models.JSONField(default=list)
     cost_credits = models.PositiveIntegerField(default=0)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True
+    )
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -126,14 +132,18 @@ class PendingDecision(models.Model):
         ANSWERED = "answered"
         SET_ASIDE = "set_aside"
 
-    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="pending_decisions")
+    session = models.ForeignKey(
+        ChatSession, on_delete=models.CASCADE, related_name="pending_decisions"
+    )
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="pending_decisions")
     tool_call_id = models.CharField(max_length=128)
     name = models.CharField(max_length=64)
     arguments = models.JSONField(default=dict)
     # The declaration as registered when the call was made: the answer is validated against it.
     result_schema = models.JSONField(default=dict)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True)
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True
+    )
     answered_at = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
@@ -151,7 +161,9 @@ class ClientToolRegistration(models.Model):
     """
 
     channel_name = models.CharField(max_length=255, unique=True)
-    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="client_tool_registrations")
+    session = models.ForeignKey(
+        ChatSession, on_delete=models.CASCADE, related_name="client_tool_registrations"
+    )
     tools = models.JSONField(default=list)
     updated = models.DateTimeField(auto_now=True)
 

@@ -39,7 +39,7 @@ def _refused() -> JsonResponse:
 
 
 @sync_and_async_middleware
-def BearerTokenMiddleware(get_response):  # noqa: N802 - Django middleware factory
+def BearerTokenMiddleware(get_response):
     if iscoroutinefunction(get_response):
 
         async def middleware(request: HttpRequest):

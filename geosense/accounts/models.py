@@ -8,9 +8,13 @@ from django.db.models import Q
 class ApiToken(models.Model):
     """A bearer token; only its SHA-256 digest is stored, so a database leak reveals none."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
     digest = models.CharField(max_length=64, unique=True)
-    prefix = models.CharField(max_length=8, help_text="The token's first characters, to tell tokens apart.")
+    prefix = models.CharField(
+        max_length=8, help_text="The token's first characters, to tell tokens apart."
+    )
     created = models.DateTimeField(auto_now_add=True)
     last_used = models.DateTimeField(null=True, blank=True)
 
@@ -19,11 +23,15 @@ class ApiToken(models.Model):
 
 
 class CreditAccount(models.Model):
-    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="credit_account")
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="credit_account"
+    )
     balance = models.PositiveIntegerField(default=0)
 
     class Meta:
-        constraints = [models.CheckConstraint(condition=Q(balance__gte=0), name="credit_balance_not_negative")]
+        constraints = [
+            models.CheckConstraint(condition=Q(balance__gte=0), name="credit_balance_not_negative")
+        ]
 
     def __str__(self) -> str:
         return f"{self.user}: {self.balance} credits"
@@ -32,7 +40,9 @@ class CreditAccount(models.Model):
 class CreditCharge(models.Model):
     """One ledger entry: what a tool call cost. The balance is charged in the same transaction."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="credit_charges")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="credit_charges"
+    )
     amount = models.PositiveIntegerField()
     tool_call_id = models.CharField(max_length=128, unique=True)
     tool_name = models.CharField(max_length=64)

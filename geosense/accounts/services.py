@@ -70,6 +70,10 @@ def credit_charge(
         if not updated:
             raise InsufficientCredits(needed=amount, balance=credit_balance(user=user))
         CreditCharge.objects.create(
-            user=user, amount=amount, tool_call_id=tool_call_id, tool_name=tool_name, session_id=session_id
+            user=user,
+            amount=amount,
+            tool_call_id=tool_call_id,
+            tool_name=tool_name,
+            session_id=session_id,
         )
     return credit_balance(user=user)
