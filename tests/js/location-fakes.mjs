@@ -16,6 +16,13 @@ export function track(promise) {
   return tracked;
 }
 
+/** The call's result once pending callbacks ran; fails (instead of hanging) if it has none. */
+export async function answered(tracked) {
+  await flush();
+  if (!tracked.settled) throw new Error('the call has not answered');
+  return tracked.value;
+}
+
 /** A clock whose timers only fire on `advance`; `pending()` tells leaked timers. */
 export function fakeClock(start = 1_750_000_000_000) {
   let time = start;

@@ -10,6 +10,7 @@ import {
   fakeCards,
   fakeClock,
   fakeNavigator,
+  answered,
   flush,
   schemaErrors,
   schemaKeys,
@@ -50,7 +51,7 @@ test('granted state answers GRANTED with the position and asks for a fresh one',
   assert.deepEqual(browser.queries, [{ name: 'geolocation' }]);
   assert.deepEqual(browser.requests[0].options, { timeout: 5000, maximumAge: 0 });
   browser.succeed({ latitude: 48.1, longitude: 11.6, accuracy: 30, timestamp: 1_700_000_000_000 });
-  assert.deepEqual(await call.promise, {
+  assert.deepEqual(await answered(call), {
     status: 'GRANTED',
     latitude: 48.1,
     longitude: 11.6,
@@ -62,7 +63,7 @@ test('granted state answers GRANTED with the position and asks for a fresh one',
 
 test('denied state answers DECLINED at once without a card or a browser request', async () => {
   const { browser, cards, get } = setUp({ state: 'denied' });
-  const result = await get().promise;
+  const result = await answered(get());
   assert.equal(result.status, 'DECLINED');
   assert.match(result.message, /Do not retry/);
   assert.equal(cards.shown.length, 0);
@@ -71,7 +72,7 @@ test('denied state answers DECLINED at once without a card or a browser request'
 
 test('an insecure page answers UNAVAILABLE without asking anything', async () => {
   const { browser, cards, get } = setUp({ state: 'granted', secure: false });
-  const result = await get().promise;
+  const result = await answered(get());
   assert.equal(result.status, 'UNAVAILABLE');
   assert.match(result.message, /Do not retry/);
   assert.equal(browser.queries.length, 0);
@@ -80,7 +81,7 @@ test('an insecure page answers UNAVAILABLE without asking anything', async () =>
 
 test('a browser without geolocation answers UNAVAILABLE without a card', async () => {
   const { cards, get } = setUp({ geolocation: false });
-  const result = await get().promise;
+  const result = await answered(get());
   assert.equal(result.status, 'UNAVAILABLE');
   assert.equal(cards.shown.length, 0);
 });
@@ -94,7 +95,7 @@ test('a missing permissions API falls back to the card', async () => {
   cards.shown[0].allow();
   await flush();
   browser.succeed();
-  assert.equal((await call.promise).status, 'GRANTED');
+  assert.equal((await answered(call)).status, 'GRANTED');
 });
 
 test('a rejecting permissions query falls back to the card', async () => {
@@ -104,7 +105,7 @@ test('a rejecting permissions query falls back to the card', async () => {
   await flush();
   assert.equal(cards.shown.length, 1);
   cards.shown[0].deny();
-  assert.equal((await call.promise).status, 'DECLINED');
+  assert.equal((await answered(call)).status, 'DECLINED');
 });
 
 test('prompt state shows the card first and Allow then asks the browser', async () => {
@@ -118,7 +119,7 @@ test('prompt state shows the card first and Allow then asks the browser', async 
   assert.equal(browser.requests.length, 1);
   assert.deepEqual(browser.requests[0].options, { timeout: 5000, maximumAge: 0 });
   browser.succeed({ accuracy: 12 });
-  const result = await call.promise;
+  const result = await answered(call);
   assert.equal(result.status, 'GRANTED');
   assert.deepEqual(cards.shown[0].closed, [result], 'the card shows the outcome');
 });
@@ -128,7 +129,7 @@ test('Not now on the card answers DECLINED without a browser prompt', async () =
   const call = get();
   await flush();
   cards.shown[0].deny();
-  const result = await call.promise;
+  const result = await answered(call);
   assert.equal(result.status, 'DECLINED');
   assert.match(result.message, /Do not retry/);
   assert.equal(browser.requests.length, 0);
@@ -168,7 +169,7 @@ test('Allow after PENDING lets the next call answer GRANTED without a second car
   await flush();
   assert.equal(browser.queries.length, 2, 'the second call asks the browser again');
   browser.succeed({ latitude: 40.41, longitude: -3.71, accuracy: 20 });
-  const result = await second.promise;
+  const result = await answered(second);
   assert.equal(result.status, 'GRANTED');
   assert.equal(result.accuracy, 20);
   assert.equal(cards.shown.length, 1);
@@ -187,7 +188,7 @@ test('a call while the card is still open joins it with its own race', async () 
   cards.shown[0].allow();
   await flush();
   browser.succeed();
-  assert.equal((await second.promise).status, 'GRANTED');
+  assert.equal((await answered(second)).status, 'GRANTED');
   assert.equal(cards.shown.length, 1);
   assert.equal(browser.requests.length, 1);
 });
@@ -215,7 +216,7 @@ test('two concurrent calls share one card and one browser request', async () => 
   cards.shown[0].allow();
   await flush();
   browser.succeed();
-  const [a, b] = await Promise.all([first.promise, second.promise]);
+  const [a, b] = [await answered(first), await answered(second)];
   assert.equal(a.status, 'GRANTED');
   assert.deepEqual(a, b);
   assert.equal(browser.requests.length, 1);
@@ -228,7 +229,8 @@ test('two concurrent calls in granted state make one browser request', async () 
   const second = get();
   await flush();
   browser.succeed();
-  await Promise.all([first.promise, second.promise]);
+  await answered(first);
+  await answered(second);
   assert.equal(browser.requests.length, 1);
 });
 
@@ -239,7 +241,7 @@ test('a browser refusal (code 1) answers DECLINED', async () => {
   cards.shown[0].allow();
   await flush();
   browser.fail(1);
-  const result = await call.promise;
+  const result = await answered(call);
   assert.equal(result.status, 'DECLINED');
   assert.match(result.message, /Do not retry/);
 });
@@ -250,7 +252,7 @@ for (const code of [2, 3]) {
     const call = get();
     await flush();
     browser.fail(code);
-    const result = await call.promise;
+    const result = await answered(call);
     assert.equal(result.status, 'UNAVAILABLE');
     assert.match(result.message, /Do not retry/);
   });
@@ -273,7 +275,7 @@ test('an exception thrown by getCurrentPosition answers UNAVAILABLE', async () =
   browser.nav.geolocation.getCurrentPosition = () => {
     throw new Error('blocked by permissions policy');
   };
-  const result = await get().promise;
+  const result = await answered(get());
   assert.equal(result.status, 'UNAVAILABLE');
   assert.equal(typeof result.message, 'string');
 });
@@ -291,7 +293,7 @@ test('an exception thrown by the card answers UNAVAILABLE', async () => {
     clearTimeout: clock.clearTimeout,
     now: clock.now,
   });
-  assert.equal((await service.get()).status, 'UNAVAILABLE');
+  assert.equal((await answered(track(service.get()))).status, 'UNAVAILABLE');
 });
 
 test('a throwing geolocation getter answers UNAVAILABLE instead of rejecting', async () => {
@@ -301,7 +303,7 @@ test('a throwing geolocation getter answers UNAVAILABLE instead of rejecting', a
       throw new Error('sandboxed frame');
     },
   });
-  assert.equal((await get().promise).status, 'UNAVAILABLE');
+  assert.equal((await answered(get())).status, 'UNAVAILABLE');
 });
 
 test('a position without a timestamp is stamped with the current time', async () => {
@@ -309,7 +311,7 @@ test('a position without a timestamp is stamped with the current time', async ()
   const call = get();
   await flush();
   browser.requests[0].success({ coords: { latitude: 1, longitude: 2, accuracy: 3 } });
-  assert.equal((await call.promise).timestamp, clock.now());
+  assert.equal((await answered(call)).timestamp, clock.now());
 });
 
 test('a failed request is not remembered: the next call asks again', async () => {
@@ -317,11 +319,11 @@ test('a failed request is not remembered: the next call asks again', async () =>
   const first = get();
   await flush();
   browser.fail(2);
-  assert.equal((await first.promise).status, 'UNAVAILABLE');
+  assert.equal((await answered(first)).status, 'UNAVAILABLE');
   const second = get();
   await flush();
   browser.succeed();
-  assert.equal((await second.promise).status, 'GRANTED');
+  assert.equal((await answered(second)).status, 'GRANTED');
   assert.equal(browser.requests.length, 2);
 });
 

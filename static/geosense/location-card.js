@@ -1,0 +1,83 @@
+// GeoSense's own location card: asked before the browser's prompt, because a permission the
+// user blocks in the browser is hard to undo. It answers once; a second press does nothing.
+
+const OUTCOME_TEXT = Object.freeze({
+  DECLINED: 'Location not shared.',
+  UNAVAILABLE: 'Location unavailable.',
+});
+
+let cardCount = 0;
+
+function outcomeText(result) {
+  if (result.status === 'GRANTED') {
+    return `Location shared (within about ${Math.round(result.accuracy)} m).`;
+  }
+  return OUTCOME_TEXT[result.status] ?? 'Location not shared.';
+}
+
+function element(document, tag, { text, testid, className } = {}) {
+  const node = document.createElement(tag);
+  if (text !== undefined) node.textContent = text;
+  if (testid) node.setAttribute('data-testid', testid);
+  if (className) node.className = className;
+  return node;
+}
+
+/**
+ * Returns an `askPermission` for createLocationService: each call appends a card to
+ * `container` (the chat transcript) and returns `{answer, close(result)}`. `answer` resolves
+ * once, with 'allow' or 'deny'; the buttons are removed at the first press. `close(result)`
+ * shows the request's outcome in the card, which stays in the transcript as a record.
+ *
+ * @param {{container: Element, document?: Document}} options
+ * @returns {() => {answer: Promise<'allow' | 'deny'>, close(result: {status: string}): void}}
+ */
+export function createLocationCard({ container, document = globalThis.document }) {
+  return function askPermission() {
+    cardCount += 1;
+    const headingId = `location-card-heading-${cardCount}`;
+
+    const card = element(document, 'section', { testid: 'location-card', className: 'location-card' });
+    card.setAttribute('role', 'region');
+    card.setAttribute('aria-labelledby', headingId);
+    const heading = element(document, 'h3', { text: 'Share your location?' });
+    heading.setAttribute('id', headingId);
+    const text = element(document, 'p', {
+      text: 'The assistant would like to use your location to answer your question.',
+    });
+    const actions = element(document, 'div', { className: 'location-card-actions' });
+    const allow = element(document, 'button', { text: 'Allow', testid: 'location-allow' });
+    const deny = element(document, 'button', { text: 'Not now', testid: 'location-deny' });
+    const status = element(document, 'p', { testid: 'location-status', className: 'location-card-status' });
+    status.setAttribute('role', 'status');
+    status.setAttribute('aria-live', 'polite');
+    for (const button of [allow, deny]) {
+      button.setAttribute('type', 'button');
+      actions.appendChild(button);
+    }
+    for (const part of [heading, text, actions, status]) card.appendChild(part);
+
+    let answered = false;
+    const answer = new Promise((resolve) => {
+      const press = (choice, waitingText) => () => {
+        if (answered) return;
+        answered = true;
+        allow.disabled = true;
+        deny.disabled = true;
+        actions.remove();
+        status.textContent = waitingText;
+        resolve(choice);
+      };
+      allow.addEventListener('click', press('allow', 'Waiting for your browser…'));
+      deny.addEventListener('click', press('deny', 'Location not shared.'));
+    });
+
+    container.appendChild(card);
+    return {
+      answer,
+      close(result) {
+        status.textContent = outcomeText(result);
+      },
+    };
+  };
+}
