@@ -1,0 +1,17 @@
+"""Settings for the test process: the app's own settings, read with test defaults in place.
+
+pytest-django loads the settings before any conftest is imported, so the environment defaults
+the suite needs are set here, just before `geosense.settings` reads the environment. The live
+Daphne server of the browser tests is another process and uses `geosense.settings` itself.
+"""
+
+import os
+
+os.environ.setdefault("SECRET_KEY", "test-secret")
+os.environ.setdefault("DEBUG", "1")
+# A developer's own model server must never be called by the suite: tests that want the
+# openai agent point it at the fake server explicitly.
+for _name in [n for n in os.environ if n == "GEOSENSE_AGENT" or n.startswith("GEOSENSE_LLM_")]:
+    del os.environ[_name]
+
+from geosense.settings import *  # noqa: E402, F403
