@@ -1,0 +1,687 @@
+"""The session socket `/ws/chat/`: authentication, binding, registration, frames, live events,
+and client-tool calls made by the engine's side (`client_tool_request`) through the socket."""
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from chat.events import GROUP_TURN_EVENT, session_group
+from chat.models import ChatSession, ClientToolRegistration
+from geosense.accounts.services import api_token_create
+from geosense.asgi import application
+from tools.client import client_tool_request, client_toolset_of_session
+
+BACKEND_NAMES = frozenset({"list_classes", "query_annotations", "measure"})
+
+LOCATION = {
+    "kind": "blocking",
+    "name": "location_get",
+    "description": "The user's position.",
+    "arguments": {"type": "object", "properties": {}, "additionalProperties": False},
+    "result": {
+        "type": "object",
+        "properties": {"status": {"type": "string"}, "accuracy": {"type": "number"}},
+        "required": ["status"],
+    },
+    "serve": True,
+}
+FOCUS = {
+    "kind": "one-way",
+    "name": "map_focus",
+    "description": "Pan and zoom the map to annotations.",
+    "arguments": {
+        "type": "object",
+        "properties": {"ids": {"type": "array", "items": {"type": "integer"}}},
+        "required": ["ids"],
+    },
+}
+
+
+@dataclass
+class Person:
+    user: object
+    token: str
+    session: ChatSession
+
+
+@pytest.fixture(autouse=True)
+def fresh_layer(monkeypatch):
+    """An empty in-memory layer per test, and a stand-in for the backend tool names."""
+    async_to_sync(get_channel_layer().flush)()
+    monkeypatch.setattr("chat.consumers._backend_names", lambda: BACKEND_NAMES)
+
+
+def person(name: str) -> Person:
+    user = get_user_model().objects.create_user(name, password="pw")
+    return Person(user, api_token_create(user=user), ChatSession.objects.create(user=user))
+
+
+@pytest.fixture
+def alice(transactional_db) -> Person:
+    return person("alice")
+
+
+@pytest.fixture
+def bob(transactional_db) -> Person:
+    return person("bob")
+
+
+def socket(token: str | None = None, headers=()) -> WebsocketCommunicator:
+    auth = [(b"authorization", f"Bearer {token}".encode())] if token else []
+    return WebsocketCommunicator(application, "/ws/chat/", headers=[*auth, *headers])
+
+
+async def connected(who: Person) -> WebsocketCommunicator:
+    ws = socket(who.token)
+    ok, _ = await ws.connect()
+    assert ok
+    return ws
+
+
+async def bound(who: Person, session: ChatSession | None = None) -> WebsocketCommunicator:
+    ws = await connected(who)
+    await ws.send_json_to({"type": "session-bind", "session": str((session or who.session).pk)})
+    assert await ws.receive_json_from() == {
+        "type": "session-bound",
+        "session": str((session or who.session).pk),
+    }
+    return ws
+
+
+async def registered(who: Person, tools: list[dict]) -> WebsocketCommunicator:
+    ws = await bound(who)
+    await ws.send_json_to({"type": "client-tool-register", "tools": tools})
+    answer = await ws.receive_json_from()
+    assert answer == {"type": "client-tool-registered", "tools": [t["name"] for t in tools]}
+    return ws
+
+
+toolset_of = database_sync_to_async(client_toolset_of_session)
+
+
+async def request(session: ChatSession, name: str, arguments: dict, wait: float = 5.0):
+    """What the engine does for a served blocking call: find the socket, invoke, await."""
+    toolset = await toolset_of(session_id=session.pk)
+    return await client_tool_request(
+        channel_name=toolset.channel_name,
+        tool=toolset.tools[name],
+        arguments=arguments,
+        timeout=wait,
+    )
+
+
+# --- authentication ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_anonymous_socket_is_accepted_then_closed_with_4401():
+    ws = socket(headers=[(b"origin", b"http://localhost:8000")])
+    ok, _ = await ws.connect()
+    assert ok
+    assert await ws.receive_output() == {"type": "websocket.close", "code": 4401}
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_unknown_bearer_token_is_closed_with_4401():
+    ws = socket("gs_not-a-token")
+    ok, _ = await ws.connect()
+    assert ok
+    assert await ws.receive_output() == {"type": "websocket.close", "code": 4401}
+    await ws.disconnect()
+
+
+def cookie_for(user) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_cookie_socket_from_an_allowed_origin_is_accepted(alice):
+    cookie = await database_sync_to_async(cookie_for)(alice.user)
+    ws = socket(headers=[(b"cookie", cookie), (b"origin", b"http://localhost:8000")])
+    ok, _ = await ws.connect()
+    assert ok
+    await ws.send_json_to({"type": "session-bind", "session": str(alice.session.pk)})
+    assert (await ws.receive_json_from())["type"] == "session-bound"
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.parametrize("origin", [b"http://evil.example", None])
+async def test_cookie_socket_from_another_or_no_origin_is_refused(alice, origin):
+    cookie = await database_sync_to_async(cookie_for)(alice.user)
+    headers = [(b"cookie", cookie)] + ([(b"origin", origin)] if origin else [])
+    ws = socket(headers=headers)
+    ok, _ = await ws.connect()
+    assert not ok
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_bearer_socket_needs_no_origin_and_ignores_a_foreign_one(alice):
+    ws = socket(alice.token, headers=[(b"origin", b"http://evil.example")])
+    ok, _ = await ws.connect()
+    assert ok
+    await ws.disconnect()
+
+
+# --- binding and live events ------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_bind_answers_session_bound_with_the_session_id(alice):
+    ws = await bound(alice)
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.parametrize("session", ["bob", "00000000-0000-0000-0000-000000000000", "nonsense"])
+async def test_bind_to_another_users_or_an_unknown_session_answers_404(alice, bob, session):
+    ws = await connected(alice)
+    session_id = str(bob.session.pk) if session == "bob" else session
+    await ws.send_json_to({"type": "session-bind", "session": session_id})
+    assert await ws.receive_json_from() == {
+        "type": "error",
+        "status": 404,
+        "error": "session not found",
+    }
+    await ws.send_json_to({"type": "client-tool-register", "tools": [LOCATION]})
+    assert (await ws.receive_json_from())["status"] == 403
+    await ws.disconnect()
+
+
+async def emit(session: ChatSession, event: str, data: dict) -> None:
+    await get_channel_layer().group_send(
+        session_group(session.pk), {"type": GROUP_TURN_EVENT, "event": event, "data": data}
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_turn_events_of_the_bound_session_reach_every_bound_socket(alice):
+    first, second = await bound(alice), await bound(alice)
+    await emit(alice.session, "text_delta", {"delta": "Hello"})
+    for ws in (first, second):
+        assert await ws.receive_json_from() == {
+            "type": "event",
+            "event": "text_delta",
+            "data": {"delta": "Hello"},
+        }
+    await first.disconnect()
+    await second.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_an_unbound_socket_hears_no_turn_events(alice):
+    ws = await connected(alice)
+    await emit(alice.session, "text_delta", {"delta": "Hello"})
+    assert await ws.receive_nothing()
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_rebind_switches_the_session_whose_events_arrive(alice):
+    other = await database_sync_to_async(ChatSession.objects.create)(user=alice.user)
+    ws = await bound(alice)
+    await ws.send_json_to({"type": "session-bind", "session": str(other.pk)})
+    assert await ws.receive_json_from() == {"type": "session-bound", "session": str(other.pk)}
+    await emit(alice.session, "text_delta", {"delta": "old"})
+    await emit(other, "text_delta", {"delta": "new"})
+    assert (await ws.receive_json_from())["data"] == {"delta": "new"}
+    assert await ws.receive_nothing()
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_refused_rebind_keeps_the_current_binding(alice, bob):
+    ws = await bound(alice)
+    await ws.send_json_to({"type": "session-bind", "session": str(bob.session.pk)})
+    assert (await ws.receive_json_from())["status"] == 404
+    await emit(alice.session, "message", {"id": 1})
+    assert (await ws.receive_json_from())["event"] == "message"
+    await ws.disconnect()
+
+
+# --- invalid frames ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("frame", "status", "error"),
+    [
+        ("{not json", 400, "the frame is not valid JSON"),
+        ("[1, 2]", 400, "a frame must be a JSON object with a string type"),
+        ('{"session": "x"}', 400, "a frame must be a JSON object with a string type"),
+        ('{"type": 7}', 400, "a frame must be a JSON object with a string type"),
+        ('{"type": "turn-start"}', 400, "unknown frame type 'turn-start'"),
+        ('{"type": "client-tool-register"}', 403, "requires a bound session"),
+        (
+            '{"type": "client-tool-result", "result": {}}',
+            400,
+            "client-tool-result needs a correlationId and exactly one of result or error",
+        ),
+        (
+            '{"type": "client-tool-result", "correlationId": "c", "result": {}, "error": "x"}',
+            400,
+            "client-tool-result needs a correlationId and exactly one of result or error",
+        ),
+        (
+            '{"type": "client-tool-result", "correlationId": "c", "result": [1]}',
+            400,
+            "result must be a JSON object",
+        ),
+        (
+            '{"type": "client-tool-result", "correlationId": "c", "error": 5}',
+            400,
+            "error must be a string",
+        ),
+        ('{"type": "x", "pad": "' + "a" * 300_000 + '"}', 413, "a frame may not exceed 256 KiB"),
+    ],
+)
+async def test_an_invalid_frame_answers_an_error_and_the_socket_stays_usable(
+    alice, frame, status, error
+):
+    ws = await connected(alice)
+    await ws.send_to(text_data=frame)
+    assert await ws.receive_json_from() == {"type": "error", "status": status, "error": error}
+    await ws.send_json_to({"type": "session-bind", "session": str(alice.session.pk)})
+    assert (await ws.receive_json_from())["type"] == "session-bound"
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_binary_frame_answers_an_error(alice):
+    ws = await connected(alice)
+    await ws.send_to(bytes_data=b"\x00\x01")
+    assert await ws.receive_json_from() == {
+        "type": "error",
+        "status": 400,
+        "error": "frames must be JSON text",
+    }
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_session_bind_without_a_session_answers_404(alice):
+    ws = await connected(alice)
+    await ws.send_json_to({"type": "session-bind"})
+    assert (await ws.receive_json_from())["status"] == 404
+    await ws.disconnect()
+
+
+# --- registration -----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_register_on_an_unbound_socket_answers_exactly_403(alice):
+    ws = await connected(alice)
+    await ws.send_json_to({"type": "client-tool-register", "tools": [LOCATION]})
+    assert await ws.receive_json_from() == {
+        "type": "error",
+        "status": 403,
+        "error": "requires a bound session",
+    }
+    assert await ws.receive_nothing()
+    await ws.disconnect()
+
+
+def variant(base: dict, **changes) -> dict:
+    tool = json.loads(json.dumps(base))
+    for key, value in changes.items():
+        if value is None:
+            tool.pop(key, None)
+        else:
+            tool[key] = value
+    return tool
+
+
+REFUSALS = [
+    (variant(LOCATION, kind="sometimes"), "location_get", "kind must be 'blocking' or 'one-way'"),
+    (variant(LOCATION, name="where am i"), "where am i", "the name must be 1 to 64"),
+    (variant(LOCATION, name="x" * 65), "x" * 64, "the name must be 1 to 64"),
+    (variant(LOCATION, name="measure"), "measure", "belongs to a backend tool"),
+    (
+        variant(LOCATION, arguments={"type": "object", "properties": {"a": {"type": "nope"}}}),
+        "location_get",
+        "arguments is not a valid JSON Schema",
+    ),
+    (
+        variant(LOCATION, arguments=[1]),
+        "location_get",
+        "arguments must be a JSON Schema object",
+    ),
+    (
+        variant(
+            LOCATION,
+            result={
+                "type": "object",
+                "properties": {
+                    "a": {"type": "array", "items": {"type": "string", "pattern": "^x"}}
+                },
+            },
+        ),
+        "location_get",
+        "result uses 'pattern' at /properties/a/items/pattern",
+    ),
+    (
+        variant(FOCUS, arguments={"type": "object", "patternProperties": {"^i": {}}}),
+        "map_focus",
+        "arguments uses 'patternProperties'",
+    ),
+    (variant(LOCATION, result=None), "location_get", "a blocking tool needs a result schema"),
+    (
+        variant(FOCUS, serve=True),
+        "map_focus",
+        "a one-way tool is not answered, so it cannot be served",
+    ),
+    (variant(FOCUS, result={"type": "object"}), "map_focus", "a one-way tool has no result"),
+    (variant(LOCATION, serve="yes"), "location_get", "serve must be true or false"),
+    (variant(LOCATION, description=None), "location_get", "a description is required"),
+    (variant(LOCATION, description="x" * 1025), "location_get", "longer than 1024"),
+    (variant(LOCATION, arguments={"type": "string"}), "location_get", '"type": "object"'),
+    (variant(LOCATION, title="Location"), "location_get", "unknown field 'title'"),
+    ("location_get", "tools[0]", "a tool declaration must be a JSON object"),
+]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("tool", "name", "reason"), REFUSALS)
+async def test_a_refused_tool_answers_400_naming_it_and_the_valid_ones_register(
+    alice, tool, name, reason
+):
+    ws = await bound(alice)
+    await ws.send_json_to({"type": "client-tool-register", "tools": [tool, FOCUS]})
+    refusal = await ws.receive_json_from()
+    assert refusal["type"] == "error"
+    assert refusal["status"] == 400
+    assert refusal["tool"] == name
+    assert refusal["error"].startswith(f"{name}: ")
+    assert reason in refusal["error"]
+    if name != "map_focus":
+        assert await ws.receive_json_from() == {
+            "type": "client-tool-registered",
+            "tools": ["map_focus"],
+        }
+        toolset = await toolset_of(session_id=alice.session.pk)
+        assert list(toolset.tools) == ["map_focus"]
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_name_declared_twice_is_refused_the_second_time(alice):
+    ws = await bound(alice)
+    await ws.send_json_to({"type": "client-tool-register", "tools": [FOCUS, FOCUS]})
+    assert await ws.receive_json_from() == {
+        "type": "error",
+        "status": 400,
+        "error": "map_focus: the name is declared twice",
+        "tool": "map_focus",
+    }
+    assert (await ws.receive_json_from())["tools"] == ["map_focus"]
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_more_than_32_tools_are_refused_whole(alice):
+    ws = await bound(alice)
+    many = [variant(FOCUS, name=f"tool_{i}") for i in range(33)]
+    await ws.send_json_to({"type": "client-tool-register", "tools": many})
+    assert await ws.receive_json_from() == {
+        "type": "error",
+        "status": 400,
+        "error": "a socket may register at most 32 tools",
+    }
+    assert await toolset_of(session_id=alice.session.pk) is None
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_registrations_belong_to_the_socket_and_come_back_after_a_reconnect(alice):
+    ws = await registered(alice, [LOCATION, FOCUS])
+    toolset = await toolset_of(session_id=alice.session.pk)
+    assert set(toolset.tools) == {"location_get", "map_focus"}
+    assert toolset.tools["location_get"].serve is True
+    await ws.disconnect()
+    assert await toolset_of(session_id=alice.session.pk) is None
+
+    again = await registered(alice, [LOCATION])
+    toolset = await toolset_of(session_id=alice.session.pk)
+    assert list(toolset.tools) == ["location_get"]
+    await again.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_registering_again_replaces_the_sockets_tools(alice):
+    ws = await registered(alice, [LOCATION, FOCUS])
+    await ws.send_json_to({"type": "client-tool-register", "tools": [FOCUS]})
+    assert (await ws.receive_json_from())["tools"] == ["map_focus"]
+    toolset = await toolset_of(session_id=alice.session.pk)
+    assert list(toolset.tools) == ["map_focus"]
+    count = await database_sync_to_async(ClientToolRegistration.objects.count)()
+    assert count == 1
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_rebind_moves_the_sockets_tools_to_the_new_session(alice):
+    other = await database_sync_to_async(ChatSession.objects.create)(user=alice.user)
+    ws = await registered(alice, [LOCATION])
+    await ws.send_json_to({"type": "session-bind", "session": str(other.pk)})
+    assert (await ws.receive_json_from())["type"] == "session-bound"
+    assert await toolset_of(session_id=alice.session.pk) is None
+    assert list((await toolset_of(session_id=other.pk)).tools) == ["location_get"]
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_the_newest_registration_of_a_session_is_the_one_offered(alice):
+    older = await registered(alice, [LOCATION])
+    newer = await registered(alice, [FOCUS])
+    assert list((await toolset_of(session_id=alice.session.pk)).tools) == ["map_focus"]
+    await newer.disconnect()
+    assert list((await toolset_of(session_id=alice.session.pk)).tools) == ["location_get"]
+    await older.disconnect()
+
+
+# --- client-tool calls through the socket -----------------------------------------------------
+
+
+async def invoked(ws: WebsocketCommunicator) -> dict:
+    frame = await ws.receive_json_from(timeout=3)
+    assert frame["type"] == "client-tool-invoke"
+    return frame
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_served_blocking_call_reaches_the_page_and_its_result_the_engine(alice):
+    ws = await registered(alice, [LOCATION])
+    call = asyncio.create_task(request(alice.session, "location_get", {}))
+    frame = await invoked(ws)
+    assert frame["name"] == "location_get"
+    assert frame["arguments"] == {}
+    assert isinstance(frame["correlationId"], str)
+    result = {"status": "GRANTED", "accuracy": 12.5}
+    await ws.send_json_to(
+        {"type": "client-tool-result", "correlationId": frame["correlationId"], "result": result}
+    )
+    answer = await call
+    assert answer.ok
+    assert answer.result == result
+    assert answer.error is None
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_an_error_answer_becomes_a_readable_refusal(alice):
+    ws = await registered(alice, [LOCATION])
+    call = asyncio.create_task(request(alice.session, "location_get", {}))
+    frame = await invoked(ws)
+    await ws.send_json_to(
+        {
+            "type": "client-tool-result",
+            "correlationId": frame["correlationId"],
+            "error": "The user chose not to share.",
+        }
+    )
+    answer = await call
+    assert not answer.ok
+    assert answer.error == "The client refused: The user chose not to share."
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_result_breaking_the_schema_becomes_a_readable_refusal(alice):
+    ws = await registered(alice, [LOCATION])
+    call = asyncio.create_task(request(alice.session, "location_get", {}))
+    frame = await invoked(ws)
+    await ws.send_json_to(
+        {
+            "type": "client-tool-result",
+            "correlationId": frame["correlationId"],
+            "result": {"accuracy": "far"},
+        }
+    )
+    answer = await call
+    assert not answer.ok
+    assert answer.result is None
+    assert "does not match the result schema of location_get" in answer.error
+    assert "'status' is a required property" in answer.error
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_an_unanswered_call_times_out_and_a_late_answer_is_refused(alice):
+    ws = await registered(alice, [LOCATION])
+    call = asyncio.create_task(request(alice.session, "location_get", {}, wait=0.2))
+    frame = await invoked(ws)
+    answer = await call
+    assert not answer.ok
+    assert answer.error == "No answer from the client within 0.2 seconds."
+    assert await ws.receive_json_from() == {
+        "type": "client-tool-cancelled",
+        "correlationId": frame["correlationId"],
+    }
+    await ws.send_json_to(
+        {"type": "client-tool-result", "correlationId": frame["correlationId"], "result": {}}
+    )
+    assert await ws.receive_json_from() == {
+        "type": "error",
+        "status": 404,
+        "error": "unknown correlation id",
+        "correlationId": frame["correlationId"],
+    }
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_socket_closing_while_a_call_is_pending_answers_at_once(alice):
+    ws = await registered(alice, [LOCATION])
+    started = time.monotonic()
+    call = asyncio.create_task(request(alice.session, "location_get", {}, wait=10))
+    await invoked(ws)
+    await ws.disconnect()
+    answer = await call
+    assert time.monotonic() - started < 1
+    assert not answer.ok
+    assert answer.error == "The client went away before answering."
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_duplicate_answer_is_ignored_with_an_error_frame(alice):
+    ws = await registered(alice, [LOCATION])
+    call = asyncio.create_task(request(alice.session, "location_get", {}))
+    frame = await invoked(ws)
+    first = {"type": "client-tool-result", "correlationId": frame["correlationId"]}
+    await ws.send_json_to({**first, "result": {"status": "GRANTED"}})
+    await ws.send_json_to({**first, "result": {"status": "DECLINED"}})
+    assert (await call).result == {"status": "GRANTED"}
+    refusal = await ws.receive_json_from()
+    assert refusal["status"] == 404
+    assert refusal["error"] == "unknown correlation id"
+    await ws.send_json_to({"type": "session-bind", "session": str(alice.session.pk)})
+    assert (await ws.receive_json_from())["type"] == "session-bound"
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_an_unknown_correlation_id_is_ignored_with_an_error_frame(alice):
+    ws = await registered(alice, [LOCATION])
+    await ws.send_json_to(
+        {"type": "client-tool-result", "correlationId": "nobody-asked", "result": {}}
+    )
+    assert (await ws.receive_json_from())["error"] == "unknown correlation id"
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_concurrent_calls_are_answered_by_their_own_correlation_ids(alice):
+    ws = await registered(alice, [LOCATION])
+    calls = [asyncio.create_task(request(alice.session, "location_get", {})) for _ in range(3)]
+    frames = [await invoked(ws) for _ in calls]
+    for index, frame in reversed(list(enumerate(frames))):
+        await ws.send_json_to(
+            {
+                "type": "client-tool-result",
+                "correlationId": frame["correlationId"],
+                "result": {"status": "GRANTED", "accuracy": index},
+            }
+        )
+    answers = await asyncio.gather(*calls)
+    assert sorted(a.result["accuracy"] for a in answers) == [0, 1, 2]
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_cancelled_call_is_withdrawn_from_the_page(alice):
+    ws = await registered(alice, [LOCATION])
+    call = asyncio.create_task(request(alice.session, "location_get", {}, wait=10))
+    frame = await invoked(ws)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert await ws.receive_json_from() == {
+        "type": "client-tool-cancelled",
+        "correlationId": frame["correlationId"],
+    }
+    await ws.disconnect()

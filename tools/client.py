@@ -1,0 +1,339 @@
+"""Client tools: tools a browser tab declares on its session socket and answers itself.
+
+A declaration is validated once, when the page registers it (`client_tool_declare`), and
+stored per socket in `ClientToolRegistration`, so every process can see which socket of a
+session holds which tools. A blocking call crosses processes through the channel layer:
+`client_tool_request` sends `client.tool.invoke` to the socket's channel and waits for the
+`client.tool.answer` that the consumer sends back (ENGINE.md, "A client-tool call across
+processes"). Whatever happens, the caller gets a `ClientAnswer`, never an exception: a
+refusal, a time-out or a socket that went away are readable text for the model.
+"""
+
+import asyncio
+import json
+import logging
+import re
+import uuid
+import weakref
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from channels.layers import get_channel_layer
+
+from chat.events import CLIENT_TOOL_ANSWER, CLIENT_TOOL_INVOKE
+from chat.models import ClientToolRegistration
+from tools.schemas import SchemaRefused, schema_check, validation_error
+
+logger = logging.getLogger(__name__)
+
+# The engine gave up on a call (time-out, turn cancelled): the socket forgets it, so a late
+# answer from the page is refused as unknown and the page can drop its card.
+CLIENT_TOOL_FORGET = "client.tool.forget"
+
+# OpenAI-compatible function names; the same rule keeps names safe in HTML ids and logs.
+NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+DESCRIPTION_MAX_CHARS = 1024
+DECLARATION_MAX_BYTES = 16 * 1024
+TOOLS_PER_SOCKET_MAX = 32
+CLIENT_ERROR_MAX_CHARS = 1000
+DECLARATION_FIELDS = frozenset({"kind", "name", "description", "arguments", "result", "serve"})
+
+WENT_AWAY = "The client went away before answering."
+UNREACHABLE = "The client could not be reached; its answer is unknown."
+
+
+@dataclass(frozen=True)
+class ClientTool:
+    kind: Literal["blocking", "one-way"]
+    name: str
+    description: str
+    arguments: dict
+    result: dict | None  # blocking only
+    # Blocking only: True → the page answers by itself; False → the reader answers through a
+    # card and the call becomes the turn's pending decision.
+    serve: bool
+
+    def declaration(self) -> dict:
+        """The JSON stored in `ClientToolRegistration.tools`."""
+        data: dict[str, Any] = {
+            "kind": self.kind,
+            "name": self.name,
+            "description": self.description,
+            "arguments": self.arguments,
+        }
+        if self.kind == "blocking":
+            data["result"] = self.result
+            data["serve"] = self.serve
+        return data
+
+    @classmethod
+    def from_declaration(cls, data: dict) -> "ClientTool":
+        return cls(
+            kind=data["kind"],
+            name=data["name"],
+            description=data["description"],
+            arguments=data["arguments"],
+            result=data.get("result"),
+            serve=bool(data.get("serve", False)),
+        )
+
+    def openai_spec(self) -> dict:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.arguments,
+            },
+        }
+
+
+class ClientToolRefused(ValueError):
+    """A declaration the server will not register; `reason` is written for the page's author."""
+
+    def __init__(self, *, name: str, reason: str) -> None:
+        super().__init__(f"{name}: {reason}" if name else reason)
+        self.name = name
+        self.reason = reason
+
+
+def client_tool_declare(raw: object, *, backend_names: Collection[str]) -> ClientTool:
+    """Validate one declaration from a `client-tool-register` frame.
+
+    `ClientToolRefused.name` is the declared name when it is a string (even an invalid one),
+    else "" (the caller then names the tool by its position).
+    """
+    if not isinstance(raw, Mapping):
+        raise ClientToolRefused(name="", reason="a tool declaration must be a JSON object")
+    name = raw.get("name")
+    label = name[:64] if isinstance(name, str) else ""
+
+    def refuse(reason: str) -> ClientToolRefused:
+        return ClientToolRefused(name=label, reason=reason)
+
+    if len(json.dumps(raw, separators=(",", ":"))) > DECLARATION_MAX_BYTES:
+        raise refuse(f"the declaration is larger than {DECLARATION_MAX_BYTES // 1024} KiB")
+    unknown = sorted(set(raw) - DECLARATION_FIELDS)
+    if unknown:
+        raise refuse(f"unknown field {unknown[0]!r}")
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise refuse("the name must be 1 to 64 letters, digits, underscores or hyphens")
+    if name in backend_names:
+        raise refuse("the name belongs to a backend tool; a client tool may not shadow it")
+    kind = raw.get("kind")
+    if kind not in ("blocking", "one-way"):
+        raise refuse("kind must be 'blocking' or 'one-way'")
+    description = raw.get("description")
+    if not isinstance(description, str) or not description.strip():
+        raise refuse("a description is required")
+    if len(description) > DESCRIPTION_MAX_CHARS:
+        raise refuse(f"the description is longer than {DESCRIPTION_MAX_CHARS} characters")
+    serve = raw.get("serve", False)
+    if not isinstance(serve, bool):
+        raise refuse("serve must be true or false")
+    arguments = raw.get("arguments")
+    try:
+        schema_check(arguments, what="arguments")
+        if arguments.get("type") != "object":
+            raise SchemaRefused('arguments must describe an object ("type": "object")')
+        result = raw.get("result")
+        if kind == "one-way":
+            if serve:
+                raise SchemaRefused("a one-way tool is not answered, so it cannot be served")
+            if result is not None:
+                raise SchemaRefused("a one-way tool has no result")
+        else:
+            if result is None:
+                raise SchemaRefused("a blocking tool needs a result schema")
+            schema_check(result, what="result")
+    except SchemaRefused as exc:
+        raise refuse(str(exc)) from None
+    return ClientTool(
+        kind=kind,
+        name=name,
+        description=description,
+        arguments=dict(arguments),
+        result=dict(result) if result is not None else None,
+        serve=serve if kind == "blocking" else False,
+    )
+
+
+def client_tools_register(*, channel_name: str, session_id, tools: Sequence[ClientTool]) -> None:
+    """Replace this socket's registration; registering on another session moves it there.
+
+    No tools at all removes the registration: the socket then offers nothing.
+    """
+    if not tools:
+        client_tools_unregister(channel_name=channel_name)
+        return
+    ClientToolRegistration.objects.update_or_create(
+        channel_name=channel_name,
+        defaults={"session_id": session_id, "tools": [tool.declaration() for tool in tools]},
+    )
+
+
+def client_tools_unregister(*, channel_name: str) -> None:
+    ClientToolRegistration.objects.filter(channel_name=channel_name).delete()
+
+
+@dataclass(frozen=True)
+class ClientToolset:
+    channel_name: str
+    tools: dict[str, ClientTool]
+
+
+def client_toolset_of_session(*, session_id) -> ClientToolset | None:
+    """The tools of the session's most recently registered socket (a tab), or None."""
+    registration = (
+        ClientToolRegistration.objects.filter(session_id=session_id).order_by("-updated").first()
+    )
+    if registration is None:
+        return None
+    tools = [ClientTool.from_declaration(item) for item in registration.tools]
+    return ClientToolset(
+        channel_name=registration.channel_name, tools={tool.name: tool for tool in tools}
+    )
+
+
+@dataclass(frozen=True)
+class ClientAnswer:
+    ok: bool
+    result: dict | None  # when ok
+    error: str | None  # readable text for the model when not ok
+
+
+@dataclass
+class _Replies:
+    """One reply channel per event loop, shared by every pending call of the process.
+
+    A channel per call would leave a subscription behind on the Redis pub/sub layer after
+    each answer (it only unsubscribes a channel whose receive is cancelled) and costs a
+    subscribe round trip per call; one pump routing answers by correlation id has neither.
+    """
+
+    channel: str
+    waiting: dict[str, asyncio.Future] = field(default_factory=dict)
+    pump: asyncio.Task | None = None
+
+
+_replies_by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Replies]" = (
+    weakref.WeakKeyDictionary()
+)
+_replies_lock_by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock]" = (
+    weakref.WeakKeyDictionary()
+)
+_background: set[asyncio.Task] = set()
+
+
+async def _replies() -> _Replies:
+    loop = asyncio.get_running_loop()
+    lock = _replies_lock_by_loop.setdefault(loop, asyncio.Lock())
+    async with lock:
+        replies = _replies_by_loop.get(loop)
+        if replies is None or replies.pump is None or replies.pump.done():
+            layer = get_channel_layer()
+            replies = _Replies(channel=await layer.new_channel(prefix="client-tool-replies."))
+            replies.pump = loop.create_task(_pump(layer, replies))
+            _replies_by_loop[loop] = replies
+    return replies
+
+
+async def _pump(layer, replies: _Replies) -> None:
+    try:
+        while True:
+            message = await layer.receive(replies.channel)
+            if message.get("type") != CLIENT_TOOL_ANSWER:
+                continue
+            waiter = replies.waiting.pop(str(message.get("correlation_id")), None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(message)
+    finally:
+        # Whoever still waits hears it at once instead of at its deadline.
+        for waiter in replies.waiting.values():
+            if not waiter.done():
+                waiter.set_exception(ConnectionError("the reply channel closed"))
+        replies.waiting.clear()
+
+
+def _forget_later(layer, channel_name: str, correlation_id: str) -> None:
+    """Tell the socket to drop a call the engine no longer awaits (best effort, not awaited)."""
+    task = asyncio.ensure_future(
+        layer.send(channel_name, {"type": CLIENT_TOOL_FORGET, "correlation_id": correlation_id})
+    )
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+
+def _answer_read(tool: ClientTool, message: Mapping[str, Any]) -> ClientAnswer:
+    failure = message.get("failure")
+    if isinstance(failure, str):
+        return ClientAnswer(ok=False, result=None, error=failure)
+    error = message.get("error")
+    if error is not None:
+        text = str(error)[:CLIENT_ERROR_MAX_CHARS]
+        return ClientAnswer(ok=False, result=None, error=f"The client refused: {text}")
+    result = message.get("result")
+    if not isinstance(result, dict):
+        return ClientAnswer(
+            ok=False, result=None, error="The client's answer was not a JSON object."
+        )
+    if tool.result is not None:
+        problem = validation_error(schema=tool.result, value=result)
+        if problem:
+            return ClientAnswer(
+                ok=False,
+                result=None,
+                error=f"The client's answer does not match the result schema of {tool.name}: {problem}",
+            )
+    return ClientAnswer(ok=True, result=result, error=None)
+
+
+# The time-out is part of the answer (readable text for the model), not a cancellation.
+async def client_tool_request(
+    *,
+    channel_name: str,
+    tool: ClientTool,
+    arguments: dict,
+    timeout: float,  # noqa: ASYNC109
+) -> ClientAnswer:
+    """Invoke a blocking tool on the socket `channel_name` (any process) and await its answer.
+
+    Answers within `timeout` seconds whatever the page does. Cancelling the caller leaves
+    nothing waiting here and tells the socket to forget the call.
+    """
+    layer = get_channel_layer()
+    replies = await _replies()
+    correlation_id = uuid.uuid4().hex
+    waiter = asyncio.get_running_loop().create_future()
+    replies.waiting[correlation_id] = waiter
+    answered = False
+    invoke = {
+        "type": CLIENT_TOOL_INVOKE,
+        "correlation_id": correlation_id,
+        "reply_to": replies.channel,
+        "name": tool.name,
+        "arguments": arguments,
+    }
+    try:
+        try:
+            await layer.send(channel_name, invoke)
+        except Exception:  # a full channel or a layer that is down: the socket never sees it
+            logger.warning("could not send a client-tool invoke to %s", channel_name, exc_info=True)
+            answered = True  # nothing reached the socket, so there is nothing to forget
+            return ClientAnswer(ok=False, result=None, error=UNREACHABLE)
+        async with asyncio.timeout(timeout):
+            message = await waiter
+        answered = True
+        return _answer_read(tool, message)
+    except TimeoutError:
+        return ClientAnswer(
+            ok=False, result=None, error=f"No answer from the client within {timeout:g} seconds."
+        )
+    except ConnectionError:
+        return ClientAnswer(ok=False, result=None, error=UNREACHABLE)
+    finally:
+        replies.waiting.pop(correlation_id, None)
+        if not answered:
+            _forget_later(layer, channel_name, correlation_id)
