@@ -1,0 +1,230 @@
+"""Client-tool declarations, their storage per socket, and the engine's side of a call."""
+
+import asyncio
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.contrib.auth import get_user_model
+
+from chat.events import CLIENT_TOOL_ANSWER, CLIENT_TOOL_INVOKE
+from chat.models import ChatSession
+from tools.client import (
+    CLIENT_TOOL_FORGET,
+    ClientTool,
+    ClientToolRefused,
+    client_tool_declare,
+    client_tool_request,
+    client_tools_register,
+    client_tools_unregister,
+    client_toolset_of_session,
+)
+
+PICK = {
+    "kind": "blocking",
+    "name": "map_select",
+    "description": "The user picks annotations on the map and confirms.",
+    "arguments": {"type": "object", "properties": {"prompt": {"type": "string"}}},
+    "result": {
+        "type": "object",
+        "properties": {"ids": {"type": "array", "items": {"type": "integer"}}},
+        "required": ["ids"],
+    },
+}
+SHOW = {
+    "kind": "one-way",
+    "name": "map_focus",
+    "description": "Pan and zoom to annotations.",
+    "arguments": {"type": "object", "properties": {"ids": {"type": "array"}}},
+    "serve": False,
+}
+
+
+def test_a_blocking_tool_without_serve_is_answered_by_the_reader():
+    tool = client_tool_declare(PICK, backend_names=())
+    assert tool.kind == "blocking"
+    assert tool.serve is False
+    assert tool.result == PICK["result"]
+
+
+def test_a_one_way_tool_has_neither_result_nor_serve():
+    tool = client_tool_declare(SHOW, backend_names=())
+    assert tool.result is None
+    assert tool.serve is False
+    assert "result" not in tool.declaration()
+
+
+@pytest.mark.parametrize("raw", [PICK, {**PICK, "serve": True}, SHOW])
+def test_a_declaration_survives_storage_unchanged(raw):
+    tool = client_tool_declare(raw, backend_names=())
+    assert ClientTool.from_declaration(tool.declaration()) == tool
+
+
+def test_the_model_sees_an_openai_function():
+    tool = client_tool_declare(PICK, backend_names=())
+    assert tool.openai_spec() == {
+        "type": "function",
+        "function": {
+            "name": "map_select",
+            "description": PICK["description"],
+            "parameters": PICK["arguments"],
+        },
+    }
+
+
+def test_a_collision_with_a_backend_tool_is_refused_not_shadowed():
+    with pytest.raises(ClientToolRefused) as refused:
+        client_tool_declare(
+            {**PICK, "name": "delete_annotations"}, backend_names={"delete_annotations"}
+        )
+    assert refused.value.name == "delete_annotations"
+    assert "backend tool" in refused.value.reason
+
+
+def test_a_pattern_deep_inside_anyof_is_refused():
+    result = {"anyOf": [{"type": "object"}, {"type": "string", "pattern": "a+"}]}
+    with pytest.raises(ClientToolRefused) as refused:
+        client_tool_declare({**PICK, "result": result}, backend_names=())
+    assert "'pattern' at /anyOf/1/pattern" in refused.value.reason
+
+
+def test_an_oversized_declaration_is_refused():
+    with pytest.raises(ClientToolRefused) as refused:
+        client_tool_declare(
+            {**PICK, "arguments": {"type": "object", "description": "x" * 20_000}}, backend_names=()
+        )
+    assert "larger than 16 KiB" in refused.value.reason
+
+
+@pytest.fixture
+def session(transactional_db) -> ChatSession:
+    user = get_user_model().objects.create_user("carol")
+    return ChatSession.objects.create(user=user)
+
+
+def test_a_session_without_a_registered_socket_has_no_toolset(session):
+    assert client_toolset_of_session(session_id=session.pk) is None
+
+
+def test_registering_no_tools_removes_the_registration(session):
+    tool = client_tool_declare(PICK, backend_names=())
+    client_tools_register(channel_name="specific.a", session_id=session.pk, tools=[tool])
+    assert client_toolset_of_session(session_id=session.pk).tools == {"map_select": tool}
+    client_tools_register(channel_name="specific.a", session_id=session.pk, tools=[])
+    assert client_toolset_of_session(session_id=session.pk) is None
+
+
+def test_unregistering_a_socket_removes_only_its_tools(session):
+    pick, show = (client_tool_declare(raw, backend_names=()) for raw in (PICK, SHOW))
+    client_tools_register(channel_name="specific.a", session_id=session.pk, tools=[pick])
+    client_tools_register(channel_name="specific.b", session_id=session.pk, tools=[show])
+    client_tools_unregister(channel_name="specific.b")
+    toolset = client_toolset_of_session(session_id=session.pk)
+    assert toolset.channel_name == "specific.a"
+    assert list(toolset.tools) == ["map_select"]
+
+
+class FakeSocket:
+    """Stands in for a consumer on the channel layer: answers each invoke with `reply(message)`."""
+
+    def __init__(self, reply):
+        self.reply = reply
+        self.seen: list[dict] = []
+
+    async def serve(self, channel: str) -> None:
+        layer = get_channel_layer()
+        while True:
+            message = await layer.receive(channel)
+            self.seen.append(message)
+            if message["type"] == CLIENT_TOOL_INVOKE:
+                answer = self.reply(message)
+                if answer is not None:
+                    await layer.send(message["reply_to"], answer)
+
+
+async def with_fake_socket(reply, *, arguments=None, wait=2.0):
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    socket = FakeSocket(reply)
+    serving = asyncio.create_task(socket.serve(channel))
+    tool = client_tool_declare(PICK, backend_names=())
+    try:
+        answer = await client_tool_request(
+            channel_name=channel, tool=tool, arguments=arguments or {}, timeout=wait
+        )
+        await asyncio.sleep(0.05)
+    finally:
+        serving.cancel()
+    return answer, socket.seen
+
+
+def answer_with(**fields):
+    return lambda m: {"type": CLIENT_TOOL_ANSWER, "correlation_id": m["correlation_id"], **fields}
+
+
+@pytest.mark.asyncio
+async def test_the_invoke_carries_the_name_arguments_and_a_fresh_correlation_id():
+    answer, seen = await with_fake_socket(
+        answer_with(result={"ids": [3]}), arguments={"prompt": "Pick"}
+    )
+    assert answer.ok
+    assert answer.result == {"ids": [3]}
+    invoke = seen[0]
+    assert invoke["name"] == "map_select"
+    assert invoke["arguments"] == {"prompt": "Pick"}
+    assert len(invoke["correlation_id"]) == 32
+
+
+@pytest.mark.asyncio
+async def test_answers_for_other_correlation_ids_are_not_taken_for_this_call():
+    def reply(message):
+        return {
+            "type": CLIENT_TOOL_ANSWER,
+            "correlation_id": "someone-else",
+            "result": {"ids": [1]},
+        }
+
+    answer, _ = await with_fake_socket(reply, wait=0.2)
+    assert answer.error == "No answer from the client within 0.2 seconds."
+
+
+@pytest.mark.asyncio
+async def test_a_timed_out_call_tells_the_socket_to_forget_it():
+    answer, seen = await with_fake_socket(lambda m: None, wait=0.1)
+    assert not answer.ok
+    assert [m["type"] for m in seen] == [CLIENT_TOOL_INVOKE, CLIENT_TOOL_FORGET]
+    assert seen[1]["correlation_id"] == seen[0]["correlation_id"]
+
+
+@pytest.mark.asyncio
+async def test_the_clients_error_text_is_bounded():
+    answer, _ = await with_fake_socket(answer_with(error="no " * 1000))
+    assert answer.error.startswith("The client refused: no no")
+    assert len(answer.error) <= len("The client refused: ") + 1000
+
+
+@pytest.mark.asyncio
+async def test_a_layer_that_cannot_deliver_answers_the_model_readably(monkeypatch):
+    layer = get_channel_layer()
+
+    async def broken_send(channel, message):
+        raise ConnectionError("layer down")
+
+    monkeypatch.setattr(layer, "send", broken_send)
+    tool = client_tool_declare(PICK, backend_names=())
+    answer = await client_tool_request(
+        channel_name="specific.x", tool=tool, arguments={}, timeout=5
+    )
+    assert not answer.ok
+    assert answer.error == "The client could not be reached; its answer is unknown."
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_registration_is_visible_to_async_callers(session):
+    tool = client_tool_declare(SHOW, backend_names=())
+    await database_sync_to_async(client_tools_register)(
+        channel_name="specific.c", session_id=session.pk, tools=[tool]
+    )
+    toolset = await database_sync_to_async(client_toolset_of_session)(session_id=session.pk)
+    assert toolset.tools["map_focus"].kind == "one-way"
