@@ -1,0 +1,153 @@
+"""The typed result of parsing a message: blocks, and the inline parts inside them.
+
+Every part carries a class-level `kind` so templates can switch on it without isinstance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+CONTEXT_TYPES = ("visibility", "position", "image")
+ATTRIBUTE_TYPES = frozenset({"length", "area", "pixels", "credits", "position"})
+
+
+# --- inline parts -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Text:
+    """Plain text, shown escaped."""
+
+    text: str
+    kind: ClassVar[str] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """A `${…}` placeholder whose artifact or path does not exist."""
+
+    placeholder: str
+    kind: ClassVar[str] = "missing"
+
+
+@dataclass(frozen=True, slots=True)
+class Emphasis:
+    """`<i>` or `<b>` around further inline parts."""
+
+    tag: str
+    children: tuple[Inline, ...]
+    kind: ClassVar[str] = "emphasis"
+
+
+@dataclass(frozen=True, slots=True)
+class Length:
+    """`<distance value>` or `<size value>`: metres."""
+
+    value: float
+    element: str
+    kind: ClassVar[str] = "length"
+
+
+@dataclass(frozen=True, slots=True)
+class Area:
+    """`<area value>` / `<area id>`: square metres."""
+
+    value: float
+    kind: ClassVar[str] = "area"
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """`<ref id>` or `<id v>…</id>`: an annotation the page can focus."""
+
+    annotation_id: int
+    vector: str | None = None
+    kind: ClassVar[str] = "ref"
+
+
+@dataclass(frozen=True, slots=True)
+class MarkupError:
+    """Markup that could not be understood: shown as a harmless chip."""
+
+    label: str
+    detail: str
+    kind: ClassVar[str] = "error"
+
+
+Inline = Text | Missing | Emphasis | Length | Area | Ref | MarkupError
+
+
+# --- blocks -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TextBlock:
+    parts: tuple[Inline, ...]
+    kind: ClassVar[str] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    index: int
+    label: tuple[Inline, ...]
+    message: str
+    context: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionBlock:
+    id: str
+    header: tuple[Inline, ...]
+    options: tuple[Option, ...]
+    notes: tuple[Inline, ...] = ()
+    kind: ClassVar[str] = "question"
+
+
+@dataclass(frozen=True, slots=True)
+class HighlightBlock:
+    data: dict[str, Any] | None
+    error: str | None
+    body: tuple[Inline, ...]
+    kind: ClassVar[str] = "highlight"
+
+
+@dataclass(frozen=True, slots=True)
+class FindSimilarBlock:
+    data: dict[str, Any] | None
+    error: str | None
+    body: tuple[Inline, ...]
+    request_id: str
+    kind: ClassVar[str] = "find_similar"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingBlock:
+    """A block still being streamed: shown as a placeholder until its closing tag arrives."""
+
+    element: str
+    kind: ClassVar[str] = "pending"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A user's `<answer>`: an option's index, or None for an answer in their own words."""
+
+    question_id: str
+    option_index: int | None
+    message: str
+    kind: ClassVar[str] = "answer"
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A user's `<response type="find_similar">` reporting a finished search."""
+
+    type: str
+    class_id: str
+    request_id: str
+    text: str
+    count: int | None = None
+    kind: ClassVar[str] = "response"
+
+
+Block = (
+    TextBlock | QuestionBlock | HighlightBlock | FindSimilarBlock | PendingBlock | Answer | Response
+)
