@@ -1,5 +1,7 @@
 """Annotations: shapes drawn over a place, each with a class, measures and feature vectors."""
 
+import uuid
+
 from django.db import models
 from django.utils import timezone
 
@@ -52,3 +54,27 @@ class Annotation(models.Model):
     def restore(self) -> None:
         self.deleted_at = None
         self.save(update_fields=["deleted_at", "updated"])
+
+
+class AnnotationRevision(models.Model):
+    """One row whose token changes on every write to annotations.
+
+    Spatial indexes cached in a process compare it with the token they were built at, so
+    writes by any process are seen at the cost of one primary-key read. A random token
+    (not a counter) stays unambiguous when a transaction that bumped it is rolled back.
+    """
+
+    token = models.CharField(max_length=32)
+
+    def __str__(self) -> str:
+        return f"annotations revision {self.token}"
+
+    @classmethod
+    def current(cls) -> str:
+        return cls.objects.filter(pk=1).values_list("token", flat=True).first() or ""
+
+    @classmethod
+    def bump(cls) -> None:
+        token = uuid.uuid4().hex
+        if not cls.objects.filter(pk=1).update(token=token):
+            cls.objects.update_or_create(pk=1, defaults={"token": token})

@@ -1,0 +1,325 @@
+"""Reads over live annotations: counts, lists, spatial relations, measures, similarity.
+
+Spatial relations run on the in-process index (`index.py`); every distance they report is
+geodesic (pyproj's Geod between the nearest points), every share a ratio of measures in a
+local equidistant plane.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import shapely
+from django.db.models import Count, Q, QuerySet
+from shapely.geometry import shape
+
+from .geometry import GEOD, nearest_point_distances
+from .index import ClassIndex, SpatialIndex, spatial_index
+from .models import Annotation
+from .types import (
+    DEFAULT_VECTOR,
+    AnnotationMeasures,
+    AnnotationNotFound,
+    AnnotationSummary,
+    BBox,
+    NearestHit,
+    OverlapPair,
+    SimilarHit,
+    VectorNotFound,
+    WithinPair,
+)
+
+ORDERINGS = frozenset({"area_m2", "-area_m2", "length_m", "-length_m", "id"})
+
+
+def _in_bbox(queryset: QuerySet[Annotation], bbox: BBox | None) -> QuerySet[Annotation]:
+    """Annotations whose bounding box meets bbox (an indexable test on the bbox columns)."""
+    if bbox is None:
+        return queryset
+    min_lon, min_lat, max_lon, max_lat = bbox
+    return queryset.filter(
+        Q(min_lon__lte=max_lon) & Q(max_lon__gte=min_lon) & Q(min_lat__lte=max_lat) & Q(max_lat__gte=min_lat)
+    )
+
+
+def annotation_counts(*, bbox: BBox | None = None) -> dict[str, int]:
+    """Live annotations per class."""
+    rows = _in_bbox(Annotation.objects.all(), bbox).values("category").annotate(n=Count("id"))
+    return {row["category"]: row["n"] for row in rows.order_by("category")}
+
+
+def annotation_list(
+    *,
+    category: str | None = None,
+    bbox: BBox | None = None,
+    ids: Sequence[int] | None = None,
+    order_by: str | None = None,
+    limit: int | None = None,
+) -> list[AnnotationSummary]:
+    if order_by is not None and order_by not in ORDERINGS:
+        raise ValueError(f"order_by must be one of {sorted(ORDERINGS)}")
+    queryset = _in_bbox(Annotation.objects.all(), bbox)
+    if category is not None:
+        queryset = queryset.filter(category=category)
+    if ids is not None:
+        queryset = queryset.filter(id__in=list(ids))
+    queryset = queryset.order_by(*([order_by, "id"] if order_by and order_by != "id" else ["id"]))
+    if limit is not None:
+        queryset = queryset[: max(limit, 0)]
+    summaries = []
+    for pk, category_, area, length, attributes, geometry in queryset.values_list(
+        "id", "category", "area_m2", "length_m", "attributes", "geometry"
+    ):
+        centre = shape(geometry).centroid
+        summaries.append(
+            AnnotationSummary(
+                id=pk,
+                category=category_,
+                area_m2=area,
+                length_m=length,
+                attributes=attributes,
+                centroid_lat=centre.y,
+                centroid_lon=centre.x,
+            )
+        )
+    return summaries
+
+
+def annotation_measures(*, annotation_id: int) -> AnnotationMeasures:
+    annotation = Annotation.objects.filter(pk=annotation_id).first()
+    if annotation is None:
+        raise AnnotationNotFound(f"annotation {annotation_id} does not exist")
+    geom = shape(annotation.geometry)
+    centre = geom.centroid
+    is_area = shapely.get_dimensions(geom) == 2
+    return AnnotationMeasures(
+        id=annotation.pk,
+        category=annotation.category,
+        geometry_type=geom.geom_type,
+        area_m2=annotation.area_m2,
+        length_m=annotation.length_m,
+        perimeter_m=annotation.length_m if is_area else 0.0,
+        centroid_lat=centre.y,
+        centroid_lon=centre.x,
+        bbox=(annotation.min_lon, annotation.min_lat, annotation.max_lon, annotation.max_lat),
+        attributes=annotation.attributes,
+    )
+
+
+def annotations_geojson(
+    *, bbox: BBox | None = None, category: str | None = None, limit: int | None = None
+) -> dict[str, Any]:
+    """A GeoJSON FeatureCollection of live annotations (ordered by id, at most `limit`)."""
+    queryset = _in_bbox(Annotation.objects.all(), bbox)
+    if category is not None:
+        queryset = queryset.filter(category=category)
+    queryset = queryset.order_by("id")
+    total = None
+    if limit is not None:
+        total = queryset.count()
+        queryset = queryset[: max(limit, 0)]
+    features = [
+        {
+            "type": "Feature",
+            "id": pk,
+            "geometry": geometry,
+            "properties": {
+                **attributes,
+                "class": category_,
+                "area_m2": round(area, 2),
+                "length_m": round(length, 2),
+            },
+        }
+        for pk, category_, geometry, attributes, area, length in queryset.values_list(
+            "id", "category", "geometry", "attributes", "area_m2", "length_m"
+        )
+    ]
+    collection: dict[str, Any] = {"type": "FeatureCollection", "features": features}
+    if total is not None and total > len(features):
+        collection["truncated"] = True
+        collection["total"] = total
+    return collection
+
+
+def annotations_within_distance(
+    *, source: str, target: str, distance_m: float, bbox: BBox | None = None
+) -> list[WithinPair]:
+    """Each `source` annotation with a `target` within distance_m metres, with its nearest one.
+
+    bbox limits the sources; their targets may lie outside it. Sorted by distance, then id.
+    """
+    index = spatial_index()
+    sources, targets = index.classes.get(source), index.classes.get(target)
+    if sources is None or targets is None or distance_m < 0:
+        return []
+    positions = sources.positions_in(bbox)
+    if len(positions) == 0:
+        return []
+    # Nearest by projected distance within a radius that surely holds every geodesic
+    # neighbour; `exclusive` keeps an annotation from being its own neighbour.
+    hits, nearest = targets.tree.query_nearest(
+        sources.geoms[positions],
+        max_distance=index.search_distance(distance_m),
+        exclusive=source == target,
+        all_matches=False,
+    )
+    src = positions[hits]
+    metres = nearest_point_distances(index.projection, sources.geoms[src], targets.geoms[nearest])
+    keep = metres <= distance_m
+    source_ids, target_ids, metres = sources.ids[src][keep], targets.ids[nearest][keep], metres[keep]
+    order = np.lexsort((source_ids, metres))
+    return [
+        WithinPair(source_id=int(s), target_id=int(t), distance_m=float(d))
+        for s, t, d in zip(source_ids[order], target_ids[order], metres[order], strict=True)
+    ]
+
+
+def annotations_overlapping(
+    *, source: str, target: str, bbox: BBox | None = None
+) -> list[OverlapPair]:
+    """Each `source` annotation that overlaps a `target`, with the target it overlaps most.
+
+    The share is the part of the source inside the target: by area for polygons, by length
+    for lines, 1 for a point inside. Sorted by share (largest first), then id.
+    """
+    index = spatial_index()
+    sources, targets = index.classes.get(source), index.classes.get(target)
+    if sources is None or targets is None:
+        return []
+    positions = sources.positions_in(bbox)
+    if len(positions) == 0:
+        return []
+    hits, other = targets.tree.query(sources.geoms[positions], predicate="intersects")
+    src = positions[hits]
+    if source == target:
+        distinct = sources.ids[src] != targets.ids[other]
+        src, other = src[distinct], other[distinct]
+    shares = _overlap_shares(sources.geoms[src], targets.geoms[other])
+    keep = shares > 0
+    source_ids, target_ids, shares = sources.ids[src][keep], targets.ids[other][keep], shares[keep]
+    # Largest share per source (ties: the lowest target id), then the sort order asked for.
+    order = np.lexsort((target_ids, -shares, source_ids))
+    source_ids, target_ids, shares = source_ids[order], target_ids[order], shares[order]
+    first = np.r_[True, source_ids[1:] != source_ids[:-1]] if len(source_ids) else np.zeros(0, bool)
+    source_ids, target_ids, shares = source_ids[first], target_ids[first], shares[first]
+    order = np.lexsort((source_ids, -shares))
+    return [
+        OverlapPair(source_id=int(s), target_id=int(t), share=float(v))
+        for s, t, v in zip(source_ids[order], target_ids[order], shares[order], strict=True)
+    ]
+
+
+def _overlap_shares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if len(a) == 0:
+        return np.zeros(0)
+    dims = shapely.get_dimensions(a)
+    inside = shapely.intersection(a, b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        by_area = shapely.area(inside) / shapely.area(a)
+        by_length = shapely.length(inside) / shapely.length(a)
+    shares = np.where(dims == 2, by_area, np.where(dims == 1, by_length, 1.0))
+    return np.clip(np.nan_to_num(shares), 0.0, 1.0)
+
+
+def annotations_nearest(
+    *, lat: float, lon: float, category: str | None = None, k: int = 5
+) -> list[NearestHit]:
+    """The k live annotations nearest to a point (geodesic metres to their nearest point)."""
+    index = spatial_index()
+    if k <= 0:
+        return []
+    classes = [index.classes[category]] if category in index.classes else []
+    if category is None:
+        classes = list(index.classes.values())
+    point = index.projection.project(np.array([shapely.Point(lon, lat)], dtype=object))[0]
+    hits: list[NearestHit] = []
+    for class_index in classes:
+        hits.extend(_nearest_in_class(index, class_index, point, lon=lon, lat=lat, k=k))
+    hits.sort(key=lambda hit: (hit.distance_m, hit.id))
+    return hits[:k]
+
+
+def _nearest_in_class(
+    index: SpatialIndex, class_index: ClassIndex, point: shapely.Point, *, lon: float, lat: float, k: int
+) -> list[NearestHit]:
+    """Grow a search radius until it holds k candidates, then widen it once by the projection's
+    distortion bound so that no geodesically nearer annotation is left outside."""
+    total = len(class_index.ids)
+    radius = 50.0
+    while True:
+        candidates = class_index.tree.query(point, predicate="dwithin", distance=radius)
+        if len(candidates) >= min(k, total):
+            break
+        radius *= 4
+    metres = _distances_from(index, lon, lat, class_index.geoms[candidates])
+    if len(metres):
+        reach = index.search_distance(float(np.sort(metres)[min(k, len(metres)) - 1]), lon=lon, lat=lat)
+        if reach > radius:
+            candidates = class_index.tree.query(point, predicate="dwithin", distance=reach)
+            metres = _distances_from(index, lon, lat, class_index.geoms[candidates])
+    order = np.lexsort((class_index.ids[candidates], metres))[:k]
+    return [
+        NearestHit(id=int(class_index.ids[candidates[i]]), category=class_index.category, distance_m=float(metres[i]))
+        for i in order
+    ]
+
+
+def _distances_from(index: SpatialIndex, lon: float, lat: float, geoms: np.ndarray) -> np.ndarray:
+    if len(geoms) == 0:
+        return np.zeros(0)
+    point = index.projection.project(np.array([shapely.Point(lon, lat)], dtype=object))[0]
+    ends = shapely.get_coordinates(shapely.shortest_line(point, geoms)).reshape(-1, 2, 2)
+    near_lon, near_lat = index.projection.to_lonlat(ends[:, 1, 0], ends[:, 1, 1])
+    metres = np.asarray(GEOD.inv(np.full(len(geoms), lon), np.full(len(geoms), lat), near_lon, near_lat)[2])
+    return np.where(shapely.intersects(point, geoms), 0.0, metres)
+
+
+def annotations_similar(
+    *, samples: Sequence[tuple[int, str | None]], category: str | None = None, k: int = 20
+) -> list[SimilarHit]:
+    """Top-k annotations of a class by cosine similarity to one or more samples.
+
+    Each sample is (id, vector name or None for "shape"). Vectors are compared after
+    standardising each component over the class, so that no feature's unit dominates;
+    with several samples the score is the mean of the cosines. Samples are never results.
+    """
+    if not samples:
+        raise ValueError("similarity needs at least one sample")
+    sample_ids = [int(sample_id) for sample_id, _ in samples]
+    rows = {
+        pk: (category_, vectors)
+        for pk, category_, vectors in Annotation.objects.filter(id__in=sample_ids).values_list(
+            "id", "category", "vectors"
+        )
+    }
+    for sample_id in sample_ids:
+        if sample_id not in rows:
+            raise AnnotationNotFound(f"annotation {sample_id} does not exist")
+    wanted: list[tuple[str, np.ndarray]] = []
+    for sample_id, name in samples:
+        vector_name = name or DEFAULT_VECTOR
+        vector = rows[int(sample_id)][1].get(vector_name) if isinstance(rows[int(sample_id)][1], dict) else None
+        if not isinstance(vector, list) or not vector:
+            raise VectorNotFound(f"annotation {sample_id} has no {vector_name!r} vector")
+        wanted.append((vector_name, np.asarray(vector, dtype=float)))
+    category = category or rows[sample_ids[0]][0]
+    class_index = spatial_index().classes.get(category)
+    if class_index is None or k <= 0:
+        return []
+    total = np.zeros(len(class_index.ids))
+    seen = np.zeros(len(class_index.ids), dtype=np.int64)
+    for vector_name, vector in wanted:
+        matrix = class_index.vector_matrix(vector_name, len(vector))
+        total[matrix.positions] += matrix.unit_rows @ matrix.unit(vector)
+        seen[matrix.positions] += 1
+    eligible = (seen == len(wanted)) & ~np.isin(class_index.ids, sample_ids)
+    positions = np.flatnonzero(eligible)
+    scores = total[positions] / len(wanted)
+    if len(positions) > k:
+        top = np.argpartition(-scores, k - 1)[:k]
+        positions, scores = positions[top], scores[top]
+    order = np.lexsort((class_index.ids[positions], -scores))
+    return [
+        SimilarHit(id=int(class_index.ids[positions[i]]), category=category, score=round(float(scores[i]), 6))
+        for i in order
+    ]

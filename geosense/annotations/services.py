@@ -1,0 +1,265 @@
+"""Writes to annotations: create, import, soft-delete and restore, and the demo neighbourhood.
+
+Every write that bypasses `Model.save` bumps `AnnotationRevision`, so that the spatial
+indexes cached in every process rebuild on their next query.
+"""
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import shapely
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from geosense.accounts.models import CreditAccount
+from geosense.accounts.services import credit_set
+
+from . import demo
+from .geometry import (
+    LocalProjection,
+    bbox_of,
+    geodesic_measures,
+    geometry_dict,
+    geometry_measures,
+    geometry_parse,
+    shape_vector,
+    shape_vectors,
+    size_attribute,
+)
+from .models import Annotation, AnnotationRevision
+from .types import DEFAULT_VECTOR, GeometryError, SeedReport
+
+MAX_CATEGORY_LENGTH = 64
+MAX_VECTOR_SIZE = 4096
+MAX_DEMO_ANNOTATIONS = 200_000
+DEMO_USERNAME = "demo"
+DEMO_PASSWORD = "demo"
+DEMO_CREDITS = 100
+SEED_SOURCE = "seed_demo:"
+INSERT_BATCH = 2_000
+
+__all__ = [
+    "GeoJSONImportError",
+    "annotation_create",
+    "annotations_import_geojson",
+    "annotations_restore",
+    "annotations_soft_delete",
+    "demo_seed",
+    "geometry_measures",
+]
+
+
+class GeoJSONImportError(ValueError):
+    """A FeatureCollection that cannot be imported; the message says where and why."""
+
+
+def _category_clean(category: Any) -> str:
+    if not isinstance(category, str | int) or isinstance(category, bool):
+        raise ValueError("a class must be a string")
+    text = str(category).strip()
+    if not text or len(text) > MAX_CATEGORY_LENGTH:
+        raise ValueError(f"a class must have 1 to {MAX_CATEGORY_LENGTH} characters")
+    return text
+
+
+def _vectors_clean(vectors: Any) -> dict[str, list[float]]:
+    if not isinstance(vectors, dict):
+        raise ValueError("vectors must be an object of name → list of numbers")
+    clean: dict[str, list[float]] = {}
+    for name, vector in vectors.items():
+        if not isinstance(name, str) or not name or len(name) > MAX_CATEGORY_LENGTH:
+            raise ValueError("a vector name must be a short non-empty string")
+        if (
+            not isinstance(vector, list)
+            or not 0 < len(vector) <= MAX_VECTOR_SIZE
+            or not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in vector)
+        ):
+            raise ValueError(f"vector {name!r} must be 1 to {MAX_VECTOR_SIZE} finite numbers")
+        clean[name] = [float(x) for x in vector]
+    return clean
+
+
+def annotation_create(
+    *,
+    category: str,
+    geometry: dict[str, Any],
+    attributes: dict[str, Any] | None = None,
+    vectors: dict[str, list[float]] | None = None,
+    source: str = "",
+) -> Annotation:
+    """Create one annotation with its bounding box, geodesic measures and a "shape" vector."""
+    geom = geometry_parse(geometry)
+    attributes = dict(attributes or {})
+    clean_vectors = _vectors_clean(vectors or {})
+    clean_vectors.setdefault(DEFAULT_VECTOR, shape_vector(geom, attributes))
+    area, length = geodesic_measures(geom)
+    min_lon, min_lat, max_lon, max_lat = bbox_of(geom)
+    return Annotation.objects.create(
+        category=_category_clean(category),
+        geometry=geometry_dict(geom),
+        min_lon=min_lon,
+        min_lat=min_lat,
+        max_lon=max_lon,
+        max_lat=max_lat,
+        area_m2=area,
+        length_m=length,
+        attributes=attributes,
+        vectors=clean_vectors,
+        source=source[:64],
+    )
+
+
+def annotations_soft_delete(*, ids: Sequence[int]) -> list[int]:
+    """Mark live annotations deleted; returns the ids deleted by this call."""
+    with transaction.atomic():
+        live = sorted(Annotation.objects.filter(id__in=list(ids)).values_list("id", flat=True))
+        if live:
+            Annotation.all_objects.filter(id__in=live).update(deleted_at=timezone.now(), updated=timezone.now())
+            AnnotationRevision.bump()
+    return live
+
+
+def annotations_restore(*, ids: Sequence[int]) -> list[int]:
+    """Bring soft-deleted annotations back; returns the ids restored by this call."""
+    with transaction.atomic():
+        deleted = sorted(
+            Annotation.all_objects.filter(id__in=list(ids), deleted_at__isnull=False).values_list("id", flat=True)
+        )
+        if deleted:
+            Annotation.all_objects.filter(id__in=deleted).update(deleted_at=None, updated=timezone.now())
+            AnnotationRevision.bump()
+    return deleted
+
+
+def _bulk_insert(
+    *,
+    categories: Sequence[str],
+    geoms_lonlat: np.ndarray,
+    attributes: Sequence[dict[str, Any]],
+    vectors: Sequence[dict[str, list[float]]],
+    source: str,
+) -> int:
+    """Insert many annotations at once (caller holds the transaction)."""
+    texts = shapely.to_geojson(geoms_lonlat)
+    bounds = shapely.bounds(geoms_lonlat)
+    objects = []
+    for n, geom in enumerate(geoms_lonlat):
+        area, length = geodesic_measures(geom)
+        objects.append(
+            Annotation(
+                category=categories[n],
+                geometry=json.loads(texts[n]),
+                min_lon=bounds[n, 0],
+                min_lat=bounds[n, 1],
+                max_lon=bounds[n, 2],
+                max_lat=bounds[n, 3],
+                area_m2=area,
+                length_m=length,
+                attributes=attributes[n],
+                vectors=vectors[n],
+                source=source,
+            )
+        )
+    Annotation.objects.bulk_create(objects, batch_size=INSERT_BATCH)
+    AnnotationRevision.bump()
+    return len(objects)
+
+
+def _features_parse(collection: Any, class_property: str) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
+    if not isinstance(collection, dict) or collection.get("type") != "FeatureCollection":
+        raise GeoJSONImportError("not a GeoJSON FeatureCollection (its \"type\" must be \"FeatureCollection\")")
+    crs = collection.get("crs")
+    if crs is not None:
+        name = str((crs.get("properties") or {}).get("name", "")) if isinstance(crs, dict) else ""
+        if not name.upper().endswith(("CRS84", "4326")):
+            raise GeoJSONImportError(f"coordinates must be WGS84 longitude/latitude, not {name or crs!r}")
+    features = collection.get("features")
+    if not isinstance(features, list):
+        raise GeoJSONImportError("a FeatureCollection needs a \"features\" array")
+    categories, geoms, attributes = [], [], []
+    for n, feature in enumerate(features):
+        where = f"feature {n}"
+        if not isinstance(feature, dict) or feature.get("type") != "Feature":
+            raise GeoJSONImportError(f"{where}: not a GeoJSON Feature")
+        properties = feature.get("properties") or {}
+        if not isinstance(properties, dict):
+            raise GeoJSONImportError(f"{where}: properties must be an object")
+        if class_property not in properties:
+            raise GeoJSONImportError(
+                f"{where}: no {class_property!r} property to take its class from (see --class-property)"
+            )
+        try:
+            categories.append(_category_clean(properties[class_property]))
+            geoms.append(geometry_parse(feature.get("geometry")))
+        except (ValueError, GeometryError) as exc:
+            raise GeoJSONImportError(f"{where}: {exc}") from exc
+        extra = {key: value for key, value in properties.items() if key != class_property}
+        if "id" in feature:
+            extra.setdefault("feature_id", feature["id"])
+        attributes.append(extra)
+    return categories, geoms, attributes
+
+
+def annotations_import_geojson(
+    *, collection: Any, class_property: str = "class", source: str = "import"
+) -> int:
+    """Import a WGS84 FeatureCollection: every feature or none (GeoJSONImportError says why)."""
+    categories, geoms, attributes = _features_parse(collection, class_property)
+    vectors = [{DEFAULT_VECTOR: shape_vector(geom, attrs)} for geom, attrs in zip(geoms, attributes, strict=True)]
+    with transaction.atomic():
+        return _bulk_insert(
+            categories=categories,
+            geoms_lonlat=np.array(geoms, dtype=object),
+            attributes=attributes,
+            vectors=vectors,
+            source=source[:64],
+        )
+
+
+def _demo_user_ensure() -> bool:
+    """Create demo/demo with its credits if missing; an existing user is left as it is."""
+    user_model = get_user_model()
+    user = user_model.objects.filter(username=DEMO_USERNAME).first()
+    created = user is None
+    if user is None:
+        user = user_model.objects.create_user(username=DEMO_USERNAME, password=DEMO_PASSWORD)
+    if not CreditAccount.objects.filter(user=user).exists():
+        credit_set(user=user, balance=DEMO_CREDITS)
+    return created
+
+
+def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:
+    """The demo user and a neighbourhood of `annotations` features around a real place.
+
+    Idempotent: the rows carry `seed_demo:<seed>:<count>` in `source`; a second run with the
+    same arguments changes nothing, other arguments replace the earlier demo rows.
+    """
+    if not 0 <= annotations <= MAX_DEMO_ANNOTATIONS:
+        raise ValueError(f"--annotations must be between 0 and {MAX_DEMO_ANNOTATIONS}")
+    marker = f"{SEED_SOURCE}{seed}:{annotations}"
+    with transaction.atomic():
+        user_created = _demo_user_ensure()
+        earlier = Annotation.all_objects.filter(source__startswith=SEED_SOURCE)
+        if earlier.filter(source=marker).count() == annotations and not earlier.exclude(source=marker).exists():
+            return SeedReport(place=demo.PLACE, created=0, replaced=0, total=annotations,
+                              demo_user_created=user_created)
+        replaced, _ = earlier.delete()
+        features = demo.demo_features(count=annotations, seed=seed)
+        metric = np.array([f.geometry_m for f in features], dtype=object)
+        sizes = np.array([size_attribute(f.attributes) for f in features])
+        shape_rows = shape_vectors(metric, sizes).tolist()
+        projection = LocalProjection(lon=demo.PLACE_LON, lat=demo.PLACE_LAT)
+        lonlat = shapely.transform(projection.unproject(metric), lambda c: np.round(c, 7))
+        created = _bulk_insert(
+            categories=[f.category for f in features],
+            geoms_lonlat=lonlat,
+            attributes=[f.attributes for f in features],
+            vectors=[{DEFAULT_VECTOR: row} for row in shape_rows],
+            source=marker,
+        )
+    return SeedReport(place=demo.PLACE, created=created, replaced=replaced, total=annotations,
+                      demo_user_created=user_created)

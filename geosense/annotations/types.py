@@ -1,0 +1,83 @@
+"""Plain values the annotations services return: frozen dataclasses, no model instances."""
+
+from dataclasses import dataclass
+from typing import Any
+
+BBox = tuple[float, float, float, float]
+"""(min_lon, min_lat, max_lon, max_lat) in WGS84 degrees."""
+
+DEFAULT_VECTOR = "shape"
+
+
+class AnnotationNotFound(LookupError):
+    """An id that names no live annotation (unknown or soft-deleted)."""
+
+
+class VectorNotFound(LookupError):
+    """A sample annotation has no feature vector of the requested name."""
+
+
+class GeometryError(ValueError):
+    """A geometry that is not a valid WGS84 Point, LineString or Polygon (or a Multi- of them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationSummary:
+    id: int
+    category: str
+    area_m2: float
+    length_m: float
+    attributes: dict[str, Any]
+    centroid_lat: float
+    centroid_lon: float
+
+
+@dataclass(frozen=True, slots=True)
+class WithinPair:
+    source_id: int
+    target_id: int
+    distance_m: float
+
+
+@dataclass(frozen=True, slots=True)
+class OverlapPair:
+    source_id: int
+    target_id: int
+    share: float
+
+
+@dataclass(frozen=True, slots=True)
+class NearestHit:
+    id: int
+    category: str
+    distance_m: float
+
+
+@dataclass(frozen=True, slots=True)
+class SimilarHit:
+    id: int
+    category: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationMeasures:
+    id: int
+    category: str
+    geometry_type: str
+    area_m2: float
+    length_m: float
+    perimeter_m: float
+    centroid_lat: float
+    centroid_lon: float
+    bbox: BBox
+    attributes: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SeedReport:
+    place: str
+    created: int
+    replaced: int
+    total: int
+    demo_user_created: bool
