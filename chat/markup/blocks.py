@@ -5,7 +5,7 @@ Every part carries a class-level `kind` so templates can switch on it without is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 CONTEXT_TYPES = ("visibility", "position", "image")
@@ -106,6 +106,7 @@ class HighlightBlock:
     data: dict[str, Any] | None
     error: str | None
     body: tuple[Inline, ...]
+    data_json: str = field(default="", repr=False, compare=False)
     kind: ClassVar[str] = "highlight"
 
 
@@ -115,6 +116,7 @@ class FindSimilarBlock:
     error: str | None
     body: tuple[Inline, ...]
     request_id: str
+    data_json: str = field(default="", repr=False, compare=False)
     kind: ClassVar[str] = "find_similar"
 
 

@@ -271,13 +271,17 @@ class _Parser:
         kind = self.attr(tag, "type")
         body = _trimmed(self.inline(lo, hi))
         if kind == "highlight":
-            data, problem = self.payload(tag, highlight_problem)
-            return HighlightBlock(data=data, error=problem, body=body)
+            data, problem, data_json = self.payload(tag, highlight_problem)
+            return HighlightBlock(data=data, error=problem, body=body, data_json=data_json)
         if kind in ("find-similar", "find_similar"):
             self.find_similar_count += 1
-            data, problem = self.payload(tag, find_similar_problem)
+            data, problem, data_json = self.payload(tag, find_similar_problem)
             return FindSimilarBlock(
-                data=data, error=problem, body=body, request_id=self.request_id(tag)
+                data=data,
+                error=problem,
+                body=body,
+                request_id=self.request_id(tag),
+                data_json=data_json,
             )
         return TextBlock(
             (MarkupError("unknown tool", "type must be highlight or find-similar"), *body)
@@ -291,32 +295,35 @@ class _Parser:
         prefix = "m" if self.message_id is None else str(self.message_id)
         return f"{prefix}-fs{self.find_similar_count}"
 
-    def payload(self, tag: StartTag, problem_of: Any) -> tuple[dict[str, Any] | None, str | None]:
+    def payload(
+        self, tag: StartTag, problem_of: Any
+    ) -> tuple[dict[str, Any] | None, str | None, str]:
+        """The tool's data checked against its contract: (data, problem, data as JSON)."""
         if "data" not in tag.attrs:
-            return None, "the tool has no data"
+            return None, "the tool has no data", ""
         data = self.attr(tag, "data")
         if data is MISSING:
-            return None, self.missing_detail(tag, "data")
+            return None, self.missing_detail(tag, "data"), ""
         if isinstance(data, str):
             if len(data) > MAX_DATA_CHARS:
-                return None, "data is too large"
+                return None, "data is too large", ""
             try:
                 data = json.loads(data, parse_constant=_reject_constant)
             except (ValueError, RecursionError):
-                return None, "data is not valid JSON"
+                return None, "data is not valid JSON", ""
         try:
             problem = problem_of(data)
         except (TypeError, ValueError, OverflowError, RecursionError):
             problem = "data does not match the tool's contract"
         if problem:
-            return None, problem
+            return None, problem, ""
         try:
-            size = len(json.dumps(data, allow_nan=False, separators=(",", ":")))
+            data_json = json.dumps(data, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError):
-            return None, "data holds values that are not JSON"
-        if size > MAX_DATA_CHARS:
-            return None, "data is too large"
-        return data, None
+            return None, "data holds values that are not JSON", ""
+        if len(data_json) > MAX_DATA_CHARS:
+            return None, "data is too large", ""
+        return data, None, data_json
 
     def question(self, tag: StartTag, lo: int, hi: int) -> Block:
         ident = self.attr(tag, "id") if "id" in tag.attrs else MISSING

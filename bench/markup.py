@@ -1,0 +1,79 @@
+"""Parse + render of a heavy assistant message: a 10,000-id highlight through interpolation
+and 200 inline elements. Run by hand: `DEBUG=1 .venv/bin/python bench/markup.py`.
+
+Prints the median, p90 and max of the wall time per message over the runs.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "geosense.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from chat.markup import render_message  # noqa: E402
+
+IDS = 10_000
+INLINE = 200
+RUNS = 200
+
+
+def artifacts_make() -> dict[str, object]:
+    rng = random.Random(7)
+    ids = rng.sample(range(1, 1_000_000), IDS)
+    return {
+        "artifact-1234-abcd": {
+            "ids": ids,
+            "links": [rng.randrange(1, 1_000_000) for _ in ids],
+            "linkValues": [round(rng.uniform(0, 500), 2) for _ in ids],
+            "linkType": "distance",
+            "areas": [round(rng.uniform(5, 50_000), 1) for _ in ids],
+            "attributeHints": {"areas": "area"},
+        }
+    }
+
+
+def message_make() -> str:
+    kinds = [
+        'the closest building (<ref id="${artifact-1234-abcd.ids.%d}" />)',
+        'is <size value="${artifact-1234-abcd.linkValues.%d}" /> away',
+        'with an area of <area id="${artifact-1234-abcd.areas.%d}" />',
+        'within <distance value="%d" /> of a house',
+        "and <id v=\"vec-1\">%d</id> looks <b>alike</b>",
+    ]
+    sentences = [kinds[n % len(kinds)] % n for n in range(INLINE)]
+    return (
+        'Here is what I found.\n<tool type="highlight" data="${artifact-1234-abcd}">'
+        "Show the buildings</tool>\n" + ", ".join(sentences) + "."
+    )
+
+
+def main() -> None:
+    artifacts, text = artifacts_make(), message_make()
+    html = render_message(text, role="assistant", artifacts=artifacts)
+    assert "markup-error" not in html and html.count("data-highlight=") == 1, html[:2000]
+    times = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        render_message(text, role="assistant", artifacts=artifacts)
+        times.append((time.perf_counter() - start) * 1000)
+    times.sort()
+    print(
+        f"markup parse+render, {IDS:,}-id highlight via ${{…}}, {INLINE} inline elements, "
+        f"{RUNS} runs: median {statistics.median(times):.2f} ms, "
+        f"p90 {times[int(RUNS * 0.9)]:.2f} ms, max {times[-1]:.2f} ms, "
+        f"{len(html):,} bytes of HTML"
+    )
+
+
+if __name__ == "__main__":
+    main()
