@@ -1,0 +1,30 @@
+"""Pluggable agents: `local` (deterministic, offline) and `openai` (any compatible server)."""
+
+from django.conf import settings
+
+from .base import Agent, AgentChunk, AgentError, TextDelta, Thinking, ToolCallRequest
+
+__all__ = [
+    "Agent",
+    "AgentChunk",
+    "AgentError",
+    "TextDelta",
+    "Thinking",
+    "ToolCallRequest",
+    "agent_configured",
+]
+
+
+def agent_configured() -> Agent:
+    """The agent chosen by GEOSENSE_AGENT (read at each turn, so tests can switch it)."""
+    if settings.GEOSENSE_AGENT == "openai":
+        from .openai import OpenAIAgent
+
+        return OpenAIAgent(
+            base_url=settings.GEOSENSE_LLM_BASE_URL,
+            model=settings.GEOSENSE_LLM_MODEL,
+            api_key=settings.GEOSENSE_LLM_API_KEY,
+        )
+    from .local import LocalAgent
+
+    return LocalAgent()

@@ -1,0 +1,287 @@
+"""The JSON and streaming HTTP API of ../shared/CONTRACT.md. Thin: parse, call, answer."""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from geosense.annotations.selectors import annotations_similar
+from geosense.annotations.types import AnnotationNotFound, VectorNotFound
+
+from . import selectors, services
+from .events import TurnEvent
+from .models import ChatSession
+from .turns import (
+    ApprovalAnswer,
+    DecisionAnswer,
+    NewMessage,
+    PreparedTurn,
+    TurnRefused,
+    turn_launch,
+    turn_prepare,
+)
+
+KEEPALIVE_SECONDS = 15.0
+MAX_TEXT_LENGTH = 20_000
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _error(message: str, status: int) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+def _body(request: HttpRequest) -> dict[str, Any]:
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise BadRequest("request body too large", status=413) from None
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("the body must be JSON") from None
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    return data
+
+
+async def _user(request: HttpRequest):
+    user = await request.auser()
+    return user if user.is_authenticated else None
+
+
+async def _owned_session(
+    request: HttpRequest, session_id
+) -> tuple[Any, ChatSession] | JsonResponse:
+    user = await _user(request)
+    if user is None:
+        return _error("authentication required", 401)
+    session = await sync_to_async(selectors.session_of_user)(session_id=session_id, user=user)
+    if session is None:
+        return _error("session not found", 404)
+    return user, session
+
+
+# --- sessions --------------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+async def sessions(request: HttpRequest) -> JsonResponse:
+    user = await _user(request)
+    if user is None:
+        return _error("authentication required", 401)
+    if request.method == "GET":
+        rows = await sync_to_async(selectors.session_list)(user=user)
+        return JsonResponse({"sessions": [selectors.session_serialize(s) for s in rows]})
+    try:
+        body = _body(request)
+    except BadRequest as exc:
+        return _error(str(exc), exc.status)
+    title = body.get("title", "")
+    if not isinstance(title, str):
+        return _error("title must be a string", 400)
+    session = await sync_to_async(services.session_create)(user=user, title=title)
+    return JsonResponse(selectors.session_serialize(session), status=201)
+
+
+def _session_with_messages(session: ChatSession) -> dict[str, Any]:
+    data = selectors.session_serialize(session)
+    data["messages"] = [
+        selectors.message_serialize(m) for m in selectors.messages_of_session(session_id=session.pk)
+    ]
+    return data
+
+
+@require_http_methods(["GET", "PATCH"])
+async def session_detail(request: HttpRequest, session_id) -> JsonResponse:
+    owned = await _owned_session(request, session_id)
+    if isinstance(owned, JsonResponse):
+        return owned
+    _, session = owned
+    if request.method == "PATCH":
+        try:
+            body = _body(request)
+        except BadRequest as exc:
+            return _error(str(exc), exc.status)
+        allow = body.get("allow_backend_tools")
+        title = body.get("title")
+        if allow is not None and not isinstance(allow, bool):
+            return _error("allow_backend_tools must be true or false", 400)
+        if title is not None and not isinstance(title, str):
+            return _error("title must be a string", 400)
+        if allow is None and title is None:
+            return _error("nothing to change: send allow_backend_tools or title", 400)
+        session = await sync_to_async(services.session_update)(
+            session=session, allow_backend_tools=allow, title=title
+        )
+        return JsonResponse(selectors.session_serialize(session))
+    return JsonResponse(await sync_to_async(_session_with_messages)(session))
+
+
+@require_GET
+async def artifact_detail(request: HttpRequest, session_id, artifact_id: str) -> JsonResponse:
+    owned = await _owned_session(request, session_id)
+    if isinstance(owned, JsonResponse):
+        return owned
+    artifact = await sync_to_async(selectors.artifact_of_session)(
+        session_id=session_id, artifact_id=artifact_id
+    )
+    if artifact is None:
+        return _error("artifact not found", 404)
+    return JsonResponse(
+        {"artifact_id": artifact.artifact_id, "kind": artifact.kind, "data": artifact.data}
+    )
+
+
+# --- turns as Server-Sent Events -------------------------------------------------------------
+
+
+def _sse(event: TurnEvent) -> str:
+    return f"event: {event.event}\ndata: {json.dumps(event.data, ensure_ascii=False)}\n\n"
+
+
+async def _follow(prepared: PreparedTurn) -> AsyncIterator[str]:
+    """Stream a turn's events. The turn is a task of its own: if this client goes away,
+    Django cancels this iterator and the turn still runs to its end and is stored."""
+    queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
+    task = turn_launch(prepared, listener=queue.put_nowait)
+    yield ": ok\n\n"
+    while True:
+        try:
+            event = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_SECONDS)
+        except TimeoutError:
+            if task.done() and queue.empty():
+                return
+            yield ": keep-alive\n\n"
+            continue
+        yield _sse(event)
+        if event.event == "turn_end":
+            return
+
+
+def _stream_response(prepared: PreparedTurn) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(_follow(prepared), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def _start(request: HttpRequest, session_id, parse) -> HttpResponse:
+    owned = await _owned_session(request, session_id)
+    if isinstance(owned, JsonResponse):
+        return owned
+    user, session = owned
+    try:
+        turn_request = parse(_body(request))
+        prepared = await turn_prepare(session_id=session.pk, user=user, request=turn_request)
+    except BadRequest as exc:
+        return _error(str(exc), exc.status)
+    except TurnRefused as exc:
+        return _error(str(exc), exc.status)
+    return _stream_response(prepared)
+
+
+def _parse_message(body: dict[str, Any]) -> NewMessage:
+    text = body.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise BadRequest("text is required")
+    if len(text) > MAX_TEXT_LENGTH:
+        raise BadRequest(f"text is longer than {MAX_TEXT_LENGTH} characters", status=413)
+    contexts = body.get("contexts")
+    if contexts is not None and not isinstance(contexts, list):
+        raise BadRequest("contexts must be a list")
+    return NewMessage(text=text, contexts=contexts or [])
+
+
+def _parse_resume(body: dict[str, Any]) -> ApprovalAnswer | DecisionAnswer:
+    if "approval" in body:
+        approval = body["approval"]
+        if isinstance(approval, bool) or not isinstance(approval, int):
+            raise BadRequest("approval must be an approval id (integer)")
+        if body.get("decision") not in ("approve", "reject"):
+            raise BadRequest('decision must be "approve" or "reject"')
+        return ApprovalAnswer(approval_id=approval, decision=body["decision"])
+    if "tool_call" in body:
+        if not isinstance(body["tool_call"], str) or not body["tool_call"]:
+            raise BadRequest("tool_call must be a tool call id (string)")
+        if not isinstance(body.get("result"), dict):
+            raise BadRequest("result must be a JSON object")
+        return DecisionAnswer(tool_call_id=body["tool_call"], result=body["result"])
+    raise BadRequest('send {"approval", "decision"} or {"tool_call", "result"}')
+
+
+@require_POST
+async def message_stream(request: HttpRequest, session_id) -> HttpResponse:
+    return await _start(request, session_id, _parse_message)
+
+
+@require_POST
+async def resume_stream(request: HttpRequest, session_id) -> HttpResponse:
+    return await _start(request, session_id, _parse_resume)
+
+
+# --- the page's find-similar block -----------------------------------------------------------
+
+
+@require_POST
+async def find_similar(request: HttpRequest, session_id) -> JsonResponse:
+    """Run a find-similar block's search for the reader (the reader's own action: no credits)."""
+    owned = await _owned_session(request, session_id)
+    if isinstance(owned, JsonResponse):
+        return owned
+    try:
+        body = _body(request)
+        samples = body.get("samples")
+        if not isinstance(samples, list) or not samples or len(samples) > 20:
+            raise BadRequest("samples must be a list of 1 to 20 {id, v?} objects")
+        pairs = []
+        for sample in samples:
+            if (
+                not isinstance(sample, dict)
+                or isinstance(sample.get("id"), bool)
+                or not isinstance(sample.get("id"), int)
+            ):
+                raise BadRequest("each sample needs an integer id")
+            v = sample.get("v")
+            if v is not None and not isinstance(v, str):
+                raise BadRequest("a sample's v must be a string")
+            pairs.append((sample["id"], v))
+        hint = body.get("hint")
+        k = body.get("k", 20)
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 200:
+            raise BadRequest("k must be an integer from 1 to 200")
+    except BadRequest as exc:
+        return _error(str(exc), exc.status)
+    category = hint if isinstance(hint, str) and hint else None
+    try:
+        hits = await sync_to_async(_similar)(samples=pairs, category=category, k=k)
+    except (AnnotationNotFound, VectorNotFound) as exc:
+        return _error(str(exc), 404)
+    return JsonResponse(hits)
+
+
+def _similar(
+    *, samples: list[tuple[int, str | None]], category: str | None, k: int
+) -> dict[str, Any]:
+    from geosense.annotations.selectors import annotation_counts
+
+    if category is not None and category not in annotation_counts():
+        category = None  # a hint that is no class: search the first sample's class
+    hits = annotations_similar(samples=samples, category=category, k=k)
+    found_class = hits[0].category if hits else category
+    return {
+        "class": found_class,
+        "ids": [h.id for h in hits],
+        "scores": [round(h.score, 4) for h in hits],
+    }

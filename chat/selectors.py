@@ -1,0 +1,197 @@
+"""Reads of the chat core: what the API shows and what the model is fed."""
+
+import json
+from typing import Any
+
+from django.db.models import Prefetch
+
+from .models import Approval, Artifact, ChatSession, Message, PendingDecision
+
+CONTEXT_PREVIEW_CHARS = 4000
+
+
+def session_of_user(*, session_id: object, user) -> ChatSession | None:
+    """The session if it exists and belongs to the user; None otherwise (answered as 404)."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    try:
+        return ChatSession.objects.filter(pk=session_id, user=user).first()
+    except (ValueError, TypeError):  # not a UUID
+        return None
+
+
+def session_list(*, user) -> list[ChatSession]:
+    return list(ChatSession.objects.filter(user=user).order_by("-created"))
+
+
+def session_serialize(session: ChatSession) -> dict[str, Any]:
+    return {
+        "id": str(session.pk),
+        "title": session.title,
+        "allow_backend_tools": session.allow_backend_tools,
+        "created": session.created.isoformat(),
+        "updated": session.updated.isoformat(),
+        "busy": session.turn_state == ChatSession.TurnState.RUNNING,
+    }
+
+
+def approval_serialize(approval: Approval) -> dict[str, Any]:
+    from tools.registry import backend_tool
+
+    tool = backend_tool(approval.tool_name)
+    return {
+        "id": approval.pk,
+        "tool": approval.tool_name,
+        "arguments": approval.arguments,
+        "reasons": list(approval.reasons),
+        "cost_credits": approval.cost_credits,
+        "status": approval.status,
+        "summary": tool.explain(approval.arguments) if tool else "",
+        "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
+    }
+
+
+def decision_serialize(decision: PendingDecision) -> dict[str, Any]:
+    return {
+        "tool_call": decision.tool_call_id,
+        "name": decision.name,
+        "arguments": decision.arguments,
+        "status": decision.status,
+    }
+
+
+def message_serialize(message: Message) -> dict[str, Any]:
+    """A message as the API and the `message` event show it.
+
+    `pending_approval`/`pending_decision` are set only while the pause waits; `approval` and
+    `decision` keep showing how it ended, so a card can show the decision after a reload.
+    """
+    approvals = list(message.approvals.all())
+    decisions = list(message.pending_decisions.all())
+    approval = approvals[-1] if approvals else None
+    decision = decisions[-1] if decisions else None
+    data: dict[str, Any] = {
+        "id": message.pk,
+        "role": message.role,
+        "content": message.content,
+        "created": message.created.isoformat(),
+        "turn": message.turn,
+        "pending_approval": approval_serialize(approval)
+        if approval and approval.status == Approval.Status.PENDING
+        else None,
+        "pending_decision": decision_serialize(decision)
+        if decision and decision.status == PendingDecision.Status.PENDING
+        else None,
+    }
+    if approval:
+        data["approval"] = approval_serialize(approval)
+    if decision:
+        data["decision"] = decision_serialize(decision)
+    if message.tool_calls:
+        data["tool_calls"] = message.tool_calls
+    if message.role == Message.Role.TOOL:
+        data["tool_call_id"] = message.tool_call_id
+        data["tool_name"] = message.tool_name
+        data["is_error"] = message.is_error
+    return data
+
+
+def messages_of_session(*, session_id: object) -> list[Message]:
+    return list(
+        Message.objects.filter(session_id=session_id)
+        .order_by("id")
+        .prefetch_related(
+            Prefetch("approvals", queryset=Approval.objects.order_by("id")),
+            Prefetch("pending_decisions", queryset=PendingDecision.objects.order_by("id")),
+        )
+    )
+
+
+def message_get(*, message_id: int) -> dict[str, Any]:
+    message = (
+        Message.objects.filter(pk=message_id)
+        .prefetch_related(
+            Prefetch("approvals", queryset=Approval.objects.order_by("id")),
+            Prefetch("pending_decisions", queryset=PendingDecision.objects.order_by("id")),
+        )
+        .get()
+    )
+    return message_serialize(message)
+
+
+def artifacts_map(*, session_id: object) -> dict[str, Any]:
+    """artifact_id → data, for `${…}` interpolation."""
+    return dict(Artifact.objects.filter(session_id=session_id).values_list("artifact_id", "data"))
+
+
+def artifact_of_session(*, session_id: object, artifact_id: str) -> Artifact | None:
+    return Artifact.objects.filter(session_id=session_id, artifact_id=artifact_id).first()
+
+
+def _user_content_for_model(message: Message, contexts: list[Artifact]) -> str:
+    if not contexts:
+        return message.content
+    parts = [message.content]
+    for artifact in contexts:
+        body = json.dumps(artifact.data, ensure_ascii=False)
+        if len(body) > CONTEXT_PREVIEW_CHARS:
+            body = body[:CONTEXT_PREVIEW_CHARS] + "… (truncated; the full data is in the artifact)"
+        parts.append(
+            f'\n[context type="{artifact.kind}" artifact_id="{artifact.artifact_id}"] {body}'
+        )
+    return "".join(parts)
+
+
+def llm_history(*, session_id: object) -> list[dict[str, Any]]:
+    """The transcript in OpenAI chat format, re-feedable after a restart.
+
+    Notes are left out; data contexts attached to a user message are shown after its text.
+    """
+    contexts: dict[int, list[Artifact]] = {}
+    for artifact in Artifact.objects.filter(session_id=session_id, message__isnull=False).order_by(
+        "id"
+    ):
+        contexts.setdefault(artifact.message_id, []).append(artifact)
+    history: list[dict[str, Any]] = []
+    for message in (
+        Message.objects.filter(session_id=session_id).exclude(role=Message.Role.NOTE).order_by("id")
+    ):
+        if message.role == Message.Role.USER:
+            history.append(
+                {
+                    "role": "user",
+                    "content": _user_content_for_model(message, contexts.get(message.pk, [])),
+                }
+            )
+        elif message.role == Message.Role.ASSISTANT:
+            entry: dict[str, Any] = {"role": "assistant", "content": message.content or None}
+            if message.tool_calls:
+                entry["tool_calls"] = [
+                    {
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["name"], "arguments": call["arguments"]},
+                    }
+                    for call in message.tool_calls
+                ]
+            history.append(entry)
+        else:
+            history.append(
+                {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+            )
+    return history
+
+
+def calls_without_result(*, message: Message) -> list[dict[str, Any]]:
+    answered = set(
+        Message.objects.filter(session_id=message.session_id, role=Message.Role.TOOL).values_list(
+            "tool_call_id", flat=True
+        )
+    )
+    return [call for call in message.tool_calls if call["id"] not in answered]
+
+
+def client_tool_answers_in_turn(*, session_id: object, turn: int, name: str) -> int:
+    return Message.objects.filter(
+        session_id=session_id, turn=turn, role=Message.Role.TOOL, tool_name=name
+    ).count()

@@ -1,0 +1,58 @@
+"""Fixtures for the chat tests: a user with a bearer token, a session, a seeded neighbourhood."""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import AsyncClient
+
+from chat.models import ChatSession
+from geosense.accounts.services import api_token_create, credit_set
+from geosense.annotations.services import demo_seed
+
+
+@dataclass
+class Caller:
+    user: object
+    token: str
+    session: ChatSession
+
+    def url(self, suffix: str = "") -> str:
+        return f"/api/sessions/{self.session.pk}{suffix}"
+
+
+def make_caller(username: str, *, credits: int = 100, allow_backend_tools: bool = False) -> Caller:
+    user = get_user_model().objects.create_user(username=username, password="pw-" + username)
+    credit_set(user=user, balance=credits)
+    session = ChatSession.objects.create(user=user, allow_backend_tools=allow_backend_tools)
+    return Caller(user=user, token=api_token_create(user=user), session=session)
+
+
+@pytest.fixture
+def neighbourhood(transactional_db) -> None:
+    demo_seed(annotations=400, seed=7)
+
+
+@pytest.fixture
+def caller(transactional_db) -> Caller:
+    return make_caller("alice")
+
+
+@pytest.fixture
+def trusted_caller(transactional_db) -> Caller:
+    """A caller whose session already allows backend tools (no backend-access approval)."""
+    return make_caller("bob", allow_backend_tools=True)
+
+
+@pytest.fixture
+def client() -> AsyncClient:
+    return AsyncClient()
+
+
+@pytest.fixture
+def openai_agent(settings, fake_llm) -> Iterator[object]:
+    settings.GEOSENSE_AGENT = "openai"
+    settings.GEOSENSE_LLM_BASE_URL = fake_llm.base_url
+    settings.GEOSENSE_LLM_MODEL = "fake-model"
+    yield fake_llm

@@ -1,0 +1,408 @@
+"""The turn engine through the HTTP API, with the real openai agent against the fake server."""
+
+import asyncio
+import json
+
+import pytest
+
+from chat import services
+from chat.models import ChatSession, ClientToolRegistration, Message
+from chat.turns import turns_settle
+from tests.chat.helpers import history_is_valid, post_stream, stored_history_is_valid
+from tools import registry
+from tools.registry import BackendTool, ToolError
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+
+async def test_streamed_text_arrives_in_order_and_is_stored(client, trusted_caller, openai_agent):
+    openai_agent.reply_text("Hello from the model, streamed in pieces.", chunks=5)
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+    assert out.status == 200
+    assert out.names()[0] == "turn_start"
+    assert out.names()[-2:] == ["message", "turn_end"]
+    assert len(out.of("text_delta")) == 5
+    assert out.text == "Hello from the model, streamed in pieces."
+    assert out.message["content"] == out.text
+    assert out.message["pending_approval"] is None
+    stored = [
+        m async for m in Message.objects.filter(session=trusted_caller.session).order_by("id")
+    ]
+    assert [(m.role, m.content) for m in stored] == [("user", "hi"), ("assistant", out.text)]
+
+
+async def test_tool_call_split_across_chunks_runs_and_the_model_gets_its_result(
+    client, trusted_caller, openai_agent, neighbourhood
+):
+    openai_agent.reply_tool_calls([("call_a", "list_classes", {})], argument_chunks=4)
+    openai_agent.reply_text("There are houses and trees.")
+    out = await post_stream(
+        client,
+        trusted_caller.url("/message/stream"),
+        {"text": "what is here?"},
+        token=trusted_caller.token,
+    )
+    (call,) = out.of("backend_tool_call")
+    assert call == {"call_id": "call_a", "name": "list_classes", "arguments": {}, "ok": True}
+    assert out.names().index("backend_tool_call") < out.names().index("message")
+    second = openai_agent.requests[1]["messages"]
+    assert history_is_valid(second)
+    result = json.loads(second[-1]["content"])
+    assert result["total"] > 0 and "house" in result["counts"]
+
+
+async def test_two_parallel_calls_each_get_one_result_in_order(
+    client, trusted_caller, openai_agent, neighbourhood
+):
+    openai_agent.reply_tool_calls([("c1", "list_classes", {}), ("c2", "measure", {"id": 1})])
+    openai_agent.reply_text("Done.")
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "go"}, token=trusted_caller.token
+    )
+    assert [c["call_id"] for c in out.of("backend_tool_call")] == ["c1", "c2"]
+    fed = openai_agent.requests[1]["messages"]
+    assert [m["tool_call_id"] for m in fed if m["role"] == "tool"] == ["c1", "c2"]
+    assert history_is_valid(fed)
+
+
+async def test_schema_invalid_arguments_become_a_readable_result_and_the_turn_goes_on(
+    client, trusted_caller, openai_agent, neighbourhood
+):
+    openai_agent.reply_tool_calls(
+        [("c1", "measure", {"id": "twelve"}), ("c2", "query_annotations", "{not json")]
+    )
+    openai_agent.reply_text("Sorry.")
+    out = await post_stream(
+        client,
+        trusted_caller.url("/message/stream"),
+        {"text": "measure"},
+        token=trusted_caller.token,
+    )
+    calls = out.of("backend_tool_call")
+    assert [c["ok"] for c in calls] == [False, False]
+    assert "Invalid arguments for measure" in calls[0]["error"]
+    assert "not valid JSON" in calls[1]["error"]
+    assert out.message["content"] == "Sorry."
+    assert history_is_valid(openai_agent.requests[1]["messages"])
+
+
+async def test_a_raising_handler_becomes_a_readable_result(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    def explode(context, arguments):
+        raise RuntimeError("disk on fire")
+
+    def refuse(context, arguments):
+        raise ToolError("That id does not exist.")
+
+    empty = {"type": "object", "properties": {}, "additionalProperties": False}
+    monkeypatch.setitem(
+        registry._REGISTRY, "explode", BackendTool("explode", "Fails.", empty, explode)
+    )
+    monkeypatch.setitem(
+        registry._REGISTRY, "refuse", BackendTool("refuse", "Refuses.", empty, refuse)
+    )
+    openai_agent.reply_tool_calls([("c1", "explode", {}), ("c2", "refuse", {})])
+    openai_agent.reply_text("Both failed.")
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "x"}, token=trusted_caller.token
+    )
+    first, second = out.of("backend_tool_call")
+    assert first["ok"] is False and "internal error (RuntimeError)" in first["error"]
+    assert "disk on fire" not in first["error"]  # internals stay on the server
+    assert second["error"] == "That id does not exist."
+    assert out.message["content"] == "Both failed."
+
+
+async def test_an_unknown_tool_gets_a_result_saying_so(client, trusted_caller, openai_agent):
+    openai_agent.reply_tool_calls([("c1", "teleport", {})])
+    openai_agent.reply_text("OK.")
+    await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "x"}, token=trusted_caller.token
+    )
+    fed = openai_agent.requests[1]["messages"]
+    assert "no tool named 'teleport'" in fed[-1]["content"]
+
+
+async def test_provider_http_error_becomes_an_error_event_and_the_session_stays_usable(
+    client, trusted_caller, openai_agent
+):
+    for _ in range(3):  # the client retries server errors twice
+        openai_agent.fail(500)
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+    assert out.names() == ["turn_start", "error", "turn_end"]
+    assert "HTTP 500" in out.of("error")[0]["message"]
+    note = await Message.objects.filter(session=trusted_caller.session, role="note").afirst()
+    assert "HTTP 500" in note.content
+    openai_agent.reply_text("Back again.")
+    again = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+    assert again.message["content"] == "Back again."
+    assert all(m["role"] != "note" for m in openai_agent.requests[-1]["messages"])
+
+
+async def test_a_stream_that_breaks_off_is_an_error_not_a_half_message(
+    client, trusted_caller, openai_agent
+):
+    openai_agent.break_off(after_chunks=2)
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+    assert "error" in out.names() and out.names()[-1] == "turn_end"
+    assert "message" not in out.names()
+    assert not await Message.objects.filter(
+        session=trusted_caller.session, role="assistant"
+    ).aexists()
+
+
+async def test_a_client_that_disconnects_mid_stream_loses_nothing(
+    client, trusted_caller, openai_agent
+):
+    from tests.fakes.fake_openai import Pause, Text
+
+    openai_agent.reply(Text("first part ", 1), Pause(0.3), Text("and the rest.", 1))
+    response = await client.post(
+        trusted_caller.url("/message/stream"),
+        data=json.dumps({"text": "hi"}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {trusted_caller.token}"},
+    )
+    stream = response.streaming_content
+    async for chunk in stream:
+        if b"text_delta" in (chunk if isinstance(chunk, bytes) else chunk.encode()):
+            break
+    await stream.aclose()  # the browser went away
+    await turns_settle()
+    final = await Message.objects.filter(session=trusted_caller.session, role="assistant").alast()
+    assert final.content == "first part and the rest."
+    session = await ChatSession.objects.aget(pk=trusted_caller.session.pk)
+    assert session.turn_state == "idle"
+
+
+async def test_a_second_message_while_a_turn_runs_answers_409(client, trusted_caller):
+    await asyncio.to_thread(services.session_claim, session_id=trusted_caller.session.pk)
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+    assert out.status == 409
+    assert "already running" in out.body["error"]
+    assert not await Message.objects.filter(session=trusted_caller.session).aexists()
+
+
+async def test_an_expired_lease_does_not_block_the_session_forever(client, trusted_caller):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    await ChatSession.objects.filter(pk=trusted_caller.session.pk).aupdate(
+        turn_state="running", turn_lease=timezone.now() - timedelta(seconds=1)
+    )
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hello"}, token=trusted_caller.token
+    )
+    assert out.status == 200
+
+
+async def test_the_history_fed_after_a_restart_has_a_result_for_every_call(
+    client, trusted_caller, openai_agent
+):
+    """A crash left a call without a result; the next turn repairs it before asking the model."""
+    session_id = trusted_caller.session.pk
+    await Message.objects.acreate(session_id=session_id, turn=1, role="user", content="earlier")
+    await Message.objects.acreate(
+        session_id=session_id,
+        turn=1,
+        role="assistant",
+        tool_calls=[{"id": "lost", "name": "list_classes", "arguments": "{}"}],
+    )
+    openai_agent.reply_text("Fine.")
+    await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "again"}, token=trusted_caller.token
+    )
+    fed = openai_agent.requests[0]["messages"]
+    assert history_is_valid(fed)
+    assert (
+        "turn ended before this call could run"
+        in next(m for m in fed if m["role"] == "tool")["content"]
+    )
+    assert await asyncio.to_thread(stored_history_is_valid, session_id)
+
+
+async def test_a_subagent_gets_only_read_only_backend_tools_never_client_tools(
+    client, trusted_caller, openai_agent
+):
+    await ClientToolRegistration.objects.acreate(
+        channel_name="specific.test!abc",
+        session=trusted_caller.session,
+        tools=[
+            {
+                "kind": "blocking",
+                "name": "map_get_view",
+                "description": "The map's view.",
+                "arguments": {"type": "object", "properties": {}},
+                "result": {"type": "object"},
+                "serve": True,
+            }
+        ],
+    )
+    openai_agent.reply_tool_calls([("c1", "area_report", {"question": "How many houses?"})])
+    openai_agent.reply_text("The helper says: 12 houses.")  # the sub-turn's answer
+    openai_agent.reply_text("There are 12 houses.")
+    out = await post_stream(
+        client,
+        trusted_caller.url("/message/stream"),
+        {"text": "report"},
+        token=trusted_caller.token,
+    )
+    main_tools = {t["function"]["name"] for t in openai_agent.requests[0]["tools"]}
+    sub_tools = {t["function"]["name"] for t in openai_agent.requests[1]["tools"]}
+    assert "map_get_view" in main_tools
+    assert sub_tools == {"list_classes", "query_annotations", "measure"}
+    assert out.of("backend_tool_call")[0]["ok"] is True
+    assert "12 houses" in openai_agent.requests[2]["messages"][-1]["content"]
+
+
+# --- the API's refusals ----------------------------------------------------------------------
+
+
+async def test_another_users_session_answers_404(client, caller, transactional_db):
+    from tests.chat.conftest import make_caller
+
+    mallory = await asyncio.to_thread(make_caller, "mallory")
+    for method, path in (
+        ("get", ""),
+        ("patch", ""),
+        ("post", "/message/stream"),
+        ("post", "/message/resume/stream"),
+    ):
+        headers = {"Authorization": f"Bearer {mallory.token}"}
+        if method == "get":
+            response = await client.get(caller.url(path), headers=headers)
+        else:
+            response = await getattr(client, method)(
+                caller.url(path),
+                data=json.dumps({"text": "hi", "allow_backend_tools": True}),
+                content_type="application/json",
+                headers=headers,
+            )
+        assert response.status_code == 404, (method, path)
+    assert not await Message.objects.filter(session=caller.session).aexists()
+
+
+async def test_anonymous_and_bad_token_callers_are_refused(client, caller):
+    assert (await client.get("/api/sessions")).status_code == 401
+    response = await client.get("/api/sessions", headers={"Authorization": "Bearer nope"})
+    assert response.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "fragment"),
+    [
+        ("not json", 400, "must be JSON"),
+        ("[1, 2]", 400, "JSON object"),
+        ('{"text": ""}', 400, "text is required"),
+        ('{"text": 5}', 400, "text is required"),
+        ('{"text": "hi", "contexts": {"type": "x"}}', 400, "contexts must be a list"),
+        (
+            '{"text": "hi", "contexts": [{"type": "secret", "data": 1}]}',
+            400,
+            "each context needs a type",
+        ),
+    ],
+)
+async def test_malformed_bodies_answer_4xx_before_any_stream(
+    client, caller, body, status, fragment
+):
+    response = await client.post(
+        caller.url("/message/stream"),
+        data=body,
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {caller.token}"},
+    )
+    assert response.status_code == status
+    assert fragment in json.loads(response.content)["error"]
+    session = await ChatSession.objects.aget(pk=caller.session.pk)
+    assert session.turn_state == "idle"
+
+
+async def test_an_oversized_body_answers_413(client, caller):
+    response = await client.post(
+        caller.url("/message/stream"),
+        data=json.dumps({"text": "x" * (3 * 1024 * 1024)}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {caller.token}"},
+    )
+    assert response.status_code == 413
+
+
+async def test_cookie_authenticated_writes_need_csrf(caller):
+    from django.test import AsyncClient
+
+    browser = AsyncClient(enforce_csrf_checks=True)
+    await browser.aforce_login(caller.user)
+    response = await browser.post("/api/sessions", data="{}", content_type="application/json")
+    assert response.status_code == 403
+
+
+async def test_sessions_are_created_listed_newest_first_and_patched(client, caller):
+    headers = {"Authorization": f"Bearer {caller.token}"}
+    created = await client.post(
+        "/api/sessions", data='{"title": "Trees"}', content_type="application/json", headers=headers
+    )
+    assert created.status_code == 201
+    body = json.loads(created.content)
+    assert set(body) >= {"id", "title", "allow_backend_tools", "created"}
+    assert body["allow_backend_tools"] is False and body["title"] == "Trees"
+    listing = json.loads((await client.get("/api/sessions", headers=headers)).content)
+    assert [s["id"] for s in listing["sessions"]] == [body["id"], str(caller.session.pk)]
+    patched = await client.patch(
+        f"/api/sessions/{body['id']}",
+        data='{"allow_backend_tools": true}',
+        content_type="application/json",
+        headers=headers,
+    )
+    assert json.loads(patched.content)["allow_backend_tools"] is True
+    bad = await client.patch(
+        f"/api/sessions/{body['id']}",
+        data='{"allow_backend_tools": "yes"}',
+        content_type="application/json",
+        headers=headers,
+    )
+    assert bad.status_code == 400
+
+
+async def test_artifacts_are_served_to_their_owner_only(
+    client, trusted_caller, openai_agent, neighbourhood
+):
+    from tests.chat.conftest import make_caller
+
+    openai_agent.reply_tool_calls(
+        [
+            (
+                "c1",
+                "spatial_relation",
+                {
+                    "relation": "within_distance",
+                    "source": "tree",
+                    "target": "house",
+                    "distance_m": 20,
+                },
+            )
+        ]
+    )
+    openai_agent.reply_text("Done.")
+    await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "x"}, token=trusted_caller.token
+    )
+    result = json.loads(openai_agent.requests[1]["messages"][-1]["content"])
+    path = trusted_caller.url(f"/artifacts/{result['artifact_id']}")
+    mine = await client.get(path, headers={"Authorization": f"Bearer {trusted_caller.token}"})
+    assert json.loads(mine.content)["data"]["linkType"] == "distance"
+    other = await asyncio.to_thread(make_caller, "eve")
+    theirs = await client.get(path, headers={"Authorization": f"Bearer {other.token}"})
+    assert theirs.status_code == 404

@@ -1,0 +1,134 @@
+"""The backend-tool registry: each tool declared once, validated and run the same way.
+
+A tool's handler gets a `ToolContext` and its validated arguments and returns a JSON object
+for the model. A `ToolError` (or any exception) becomes a readable refusal for the model: the
+turn goes on. Large payloads go into artifacts through `ToolContext.artifact_save`, and the
+model gets a short summary naming the `artifact_id`.
+"""
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from asgiref.sync import sync_to_async
+
+from .schemas import schema_check, validation_error
+
+logger = logging.getLogger(__name__)
+
+
+class ToolError(Exception):
+    """A refusal the model should read (bad ids, nothing found, …)."""
+
+
+class ArtifactSaver(Protocol):
+    def __call__(self, *, kind: str, data: Any, origin: str) -> str: ...
+
+
+class SubturnRunner(Protocol):
+    async def __call__(self, *, instructions: str, tool_names: frozenset[str]) -> str: ...
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    session_id: Any
+    user_id: int
+    artifact_save: ArtifactSaver
+    # Runs a sub-turn with a restricted set of backend tools (never client tools).
+    subturn: SubturnRunner | None = None
+
+
+Handler = Callable[[ToolContext, dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class BackendTool:
+    name: str
+    description: str
+    arguments: Mapping[str, Any]
+    handler: Handler
+    cost_credits: int = 0
+    destructive: bool = False
+    # Plain words for the approval card: what this call will do.
+    explain: Callable[[dict[str, Any]], str] = field(default=lambda args: "")
+    # Safe for a sub-turn: reads only, costs nothing.
+    read_only: bool = True
+
+    def openai_spec(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.arguments),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    ok: bool
+    content: dict[str, Any]
+
+    @property
+    def error(self) -> str | None:
+        return None if self.ok else str(self.content.get("error", "failed"))
+
+
+_REGISTRY: dict[str, BackendTool] = {}
+
+
+def backend_tool_register(tool: BackendTool) -> BackendTool:
+    if tool.name in _REGISTRY:
+        raise ValueError(f"backend tool {tool.name!r} is declared twice")
+    schema_check(tool.arguments, what=f"{tool.name} arguments")
+    _REGISTRY[tool.name] = tool
+    return tool
+
+
+def _load_builtins() -> None:
+    from . import builtin  # noqa: F401  (declares the built-in tools on import)
+
+
+def backend_tools() -> list[BackendTool]:
+    _load_builtins()
+    return list(_REGISTRY.values())
+
+
+def backend_tool(name: str) -> BackendTool | None:
+    _load_builtins()
+    return _REGISTRY.get(name)
+
+
+def backend_tool_names() -> frozenset[str]:
+    _load_builtins()
+    return frozenset(_REGISTRY)
+
+
+def refusal(message: str) -> ToolRun:
+    return ToolRun(ok=False, content={"error": message})
+
+
+async def backend_tool_run(
+    *, tool: BackendTool, arguments: dict[str, Any], context: ToolContext
+) -> ToolRun:
+    """Validate the model's arguments, run the handler, and always return a result."""
+    problem = validation_error(schema=tool.arguments, value=arguments)
+    if problem:
+        return refusal(f"Invalid arguments for {tool.name}: {problem}. Fix them and call again.")
+    try:
+        if inspect.iscoroutinefunction(tool.handler):
+            content = await tool.handler(context, arguments)
+        else:
+            content = await sync_to_async(tool.handler, thread_sensitive=True)(context, arguments)
+    except asyncio.CancelledError:
+        raise
+    except ToolError as exc:
+        return refusal(str(exc))
+    except Exception as exc:
+        logger.exception("backend tool %s failed", tool.name)
+        return refusal(f"{tool.name} failed with an internal error ({type(exc).__name__}).")
+    return ToolRun(ok=True, content=content)
