@@ -9,6 +9,8 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from chat.routing import websocket_urlpatterns  # noqa: E402
 from geosense.accounts.middleware import (  # noqa: E402
@@ -16,9 +18,13 @@ from geosense.accounts.middleware import (  # noqa: E402
     SocketTokenAuthMiddleware,
 )
 
+# Daphne serves no static files by itself: the dev server (and the live test server) let
+# Django's staticfiles serve them; a production deployment puts them behind its proxy.
+http_application = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
+
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http_application,
         "websocket": AuthMiddlewareStack(
             SocketTokenAuthMiddleware(CookieSocketOriginValidator(URLRouter(websocket_urlpatterns)))
         ),

@@ -5,4 +5,4 @@ reads the settings before any conftest). Unit tests use an in-memory SQLite test
 the browser harness runs Daphne in another process against a SQLite file of its own.
 """
 
-pytest_plugins = ["tests.fakes.fixtures"]
+pytest_plugins = ["tests.fakes.fixtures", "tests.browser.fixtures"]

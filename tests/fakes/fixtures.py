@@ -1,7 +1,7 @@
 """The `fake_llm` fixture: one fake OpenAI-compatible server per test session, reset per test.
 
 Point the app at it with `GEOSENSE_LLM_BASE_URL=fake_llm.base_url` (for a live server, pass
-that in `live_server_factory(env=...)`); queue answers with `reply_text`, `reply_tool_calls`,
+that in `daphne_server_factory(env=...)`); queue answers with `reply_text`, `reply_tool_calls`,
 `fail`, `break_off` or `reply(...)`; read what the model was fed from `fake_llm.requests`.
 """
 
