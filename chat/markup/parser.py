@@ -131,9 +131,12 @@ class _Parser:
                 parts.extend(self.text_parts(self.raw(token)))
                 i += 1
             elif isinstance(token, EndTag):
-                if token.name not in _VOID:
+                too_deep = depth >= MAX_EMPHASIS_DEPTH and token.name in ("i", "b")
+                if token.name not in _VOID and not too_deep:
                     parts.append(self.source(token))
                 i += 1
+            elif token.name in ("i", "b") and depth >= MAX_EMPHASIS_DEPTH:
+                i += 1  # too deep to nest further: keep the text, drop the styling
             elif token.name in ("i", "b"):
                 end = self.closed_within(i, hi)
                 open_tail = end is None and self.streaming and hi == len(self.tokens)
@@ -142,11 +145,7 @@ class _Parser:
                     i += 1
                     continue
                 stop = hi if end is None else end
-                children = self.inline(i + 1, stop, depth + 1)
-                if depth < MAX_EMPHASIS_DEPTH:
-                    parts.append(Emphasis(token.name, tuple(children)))
-                else:
-                    parts.extend(children)
+                parts.append(Emphasis(token.name, tuple(self.inline(i + 1, stop, depth + 1))))
                 i = stop + (end is not None)
             elif token.name in _VOID:
                 parts.append(self.void(token))
