@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "geosense.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
@@ -48,7 +48,7 @@ def message_make() -> str:
         'is <size value="${artifact-1234-abcd.linkValues.%d}" /> away',
         'with an area of <area id="${artifact-1234-abcd.areas.%d}" />',
         'within <distance value="%d" /> of a house',
-        "and <id v=\"vec-1\">%d</id> looks <b>alike</b>",
+        'and <id v="vec-1">%d</id> looks <b>alike</b>',
     ]
     sentences = [kinds[n % len(kinds)] % n for n in range(INLINE)]
     return (
