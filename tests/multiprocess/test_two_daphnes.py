@@ -1,9 +1,10 @@
 """Two Daphne processes sharing a Redis channel layer: a client-tool call made in one process
 reaches the socket another process holds, and turn events reach sockets in both.
 
-The engine side runs as its own process (`manage.py shell`), as a turn task in any process of
-a scale-out deployment would: it finds the socket in the database and talks to it only through
-the channel layer.
+The first test runs the engine's side as a process of its own (`manage.py shell`); the second
+starts a real turn over HTTP on the other Daphne (the local agent answers "where am I?" with
+`location_get`). Either way the caller finds the socket in the database and reaches it only
+through the channel layer.
 """
 
 import asyncio
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -227,3 +229,58 @@ async def test_a_call_from_another_process_reaches_the_socket_and_comes_back(clu
     finally:
         await holder.close()
         await watcher.close()
+
+
+def post_stream(port: int, path: str, body: dict, token: str) -> str:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.read().decode()
+
+
+@pytest.mark.asyncio
+async def test_a_turn_in_one_process_calls_the_tool_of_a_tab_held_by_the_other(cluster):
+    holder = await open_bound(cluster, cluster["ports"][0])
+    try:
+        await holder.send(json.dumps({"type": "client-tool-register", "tools": [LOCATION]}))
+        assert (await frame(holder))["type"] == "client-tool-registered"
+        # The local agent answers "where am I?" by calling location_get.
+        stream = asyncio.create_task(
+            asyncio.to_thread(
+                post_stream,
+                cluster["ports"][1],
+                f"/api/sessions/{cluster['session']}/message/stream",
+                {"text": "where am I?"},
+                cluster["token"],
+            )
+        )
+        while (invoke := await frame(holder))["type"] != "client-tool-invoke":
+            pass
+        assert invoke["name"] == "location_get"
+        result = {
+            "status": "GRANTED",
+            "latitude": 48.137,
+            "longitude": 11.575,
+            "accuracy": 35,
+            "timestamp": 1764480000000,
+        }
+        await holder.send(
+            json.dumps(
+                {
+                    "type": "client-tool-result",
+                    "correlationId": invoke["correlationId"],
+                    "result": result,
+                }
+            )
+        )
+        body = await asyncio.wait_for(stream, timeout=30)
+        assert "event: client_tool_call" in body
+        assert body.rstrip().endswith("data: {}")
+        assert "event: message" in body
+        assert "48.137" in body
+    finally:
+        await holder.close()
