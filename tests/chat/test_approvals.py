@@ -22,7 +22,10 @@ def _first_annotation_is_1(request):
     """Tests name annotation 1; make sure it exists whatever ids earlier tests used."""
     if "neighbourhood" in request.fixturenames:
         request.getfixturevalue("neighbourhood")
-        first = Annotation.objects.filter(category="pool").order_by("id").first() or Annotation.objects.order_by("id").first()
+        first = (
+            Annotation.objects.filter(category="pool").order_by("id").first()
+            or Annotation.objects.order_by("id").first()
+        )
         if first.pk != 1:
             Annotation.all_objects.filter(pk=1).delete()
             Annotation.all_objects.filter(pk=first.pk).update(id=1)
@@ -30,13 +33,18 @@ def _first_annotation_is_1(request):
 
 async def _pause(client, caller, fake, call, *, text="please"):
     fake.reply_tool_calls([("call_1", *call)])
-    out = await post_stream(client, caller.url("/message/stream"), {"text": text}, token=caller.token)
+    out = await post_stream(
+        client, caller.url("/message/stream"), {"text": text}, token=caller.token
+    )
     return out, out.message["pending_approval"]
 
 
 async def _resume(client, caller, approval_id, decision):
     return await post_stream(
-        client, caller.url("/message/resume/stream"), {"approval": approval_id, "decision": decision}, token=caller.token
+        client,
+        caller.url("/message/resume/stream"),
+        {"approval": approval_id, "decision": decision},
+        token=caller.token,
     )
 
 
@@ -54,7 +62,9 @@ async def _live_id() -> int:
         (False, ("delete_annotations", {"ids": [1]}), ["backend_access", "destructive"], 0),
     ],
 )
-async def test_each_reason_alone_and_combined_pauses_the_turn(client, openai_agent, neighbourhood, trusted, call, reasons, cost):
+async def test_each_reason_alone_and_combined_pauses_the_turn(
+    client, openai_agent, neighbourhood, trusted, call, reasons, cost
+):
     caller = await asyncio.to_thread(make_caller, "carol", allow_backend_tools=trusted)
     out, pending = await _pause(client, caller, openai_agent, call)
     assert out.names()[-2:] == ["message", "turn_end"]
@@ -63,19 +73,29 @@ async def test_each_reason_alone_and_combined_pauses_the_turn(client, openai_age
     assert pending["reasons"] == reasons and pending["cost_credits"] == cost
     assert pending["summary"]
     assert len(openai_agent.requests) == 1  # nothing ran, the model was not asked again
-    stored = json.loads((await client.get(caller.url(), headers={"Authorization": f"Bearer {caller.token}"})).content)
+    stored = json.loads(
+        (
+            await client.get(caller.url(), headers={"Authorization": f"Bearer {caller.token}"})
+        ).content
+    )
     assert stored["messages"][-1]["pending_approval"]["id"] == pending["id"]
 
 
-async def test_a_call_needing_no_approval_runs_at_once(client, trusted_caller, openai_agent, neighbourhood):
+async def test_a_call_needing_no_approval_runs_at_once(
+    client, trusted_caller, openai_agent, neighbourhood
+):
     openai_agent.reply_tool_calls([("c1", "list_classes", {})])
     openai_agent.reply_text("ok")
-    out = await post_stream(client, trusted_caller.url("/message/stream"), {"text": "x"}, token=trusted_caller.token)
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "x"}, token=trusted_caller.token
+    )
     assert out.message["pending_approval"] is None
     assert not await Approval.objects.aexists()
 
 
-async def test_approving_runs_the_call_charges_once_and_continues(client, trusted_caller, openai_agent, neighbourhood):
+async def test_approving_runs_the_call_charges_once_and_continues(
+    client, trusted_caller, openai_agent, neighbourhood
+):
     _, pending = await _pause(client, trusted_caller, openai_agent, SIMILAR)
     openai_agent.reply_text("Here are similar ones.")
     out = await _resume(client, trusted_caller, pending["id"], "approve")
@@ -85,7 +105,11 @@ async def test_approving_runs_the_call_charges_once_and_continues(client, truste
     assert out.message["content"] == "Here are similar ones."
     assert await asyncio.to_thread(credit_balance, user=trusted_caller.user) == 95
     charge = await CreditCharge.objects.aget()
-    assert (charge.amount, charge.tool_call_id, charge.tool_name) == (5, "call_1", "similarity_search")
+    assert (charge.amount, charge.tool_call_id, charge.tool_name) == (
+        5,
+        "call_1",
+        "similarity_search",
+    )
     approval = await Approval.objects.aget(pk=pending["id"])
     assert approval.status == "approved" and approval.decided_by_id == trusted_caller.user.pk
     fed = openai_agent.requests[-1]["messages"]
@@ -93,16 +117,22 @@ async def test_approving_runs_the_call_charges_once_and_continues(client, truste
     assert [m["tool_call_id"] for m in fed if m["role"] == "tool"] == ["call_1"]
 
 
-async def test_approving_backend_access_turns_the_toggle_on(client, caller, openai_agent, neighbourhood):
+async def test_approving_backend_access_turns_the_toggle_on(
+    client, caller, openai_agent, neighbourhood
+):
     _, pending = await _pause(client, caller, openai_agent, ("list_classes", {}))
     openai_agent.reply_text("counted")
     await _resume(client, caller, pending["id"], "approve")
     assert (await ChatSession.objects.aget(pk=caller.session.pk)).allow_backend_tools is True
 
 
-async def test_rejecting_tells_the_model_and_leaves_the_annotation_in_place(client, trusted_caller, openai_agent, neighbourhood):
+async def test_rejecting_tells_the_model_and_leaves_the_annotation_in_place(
+    client, trusted_caller, openai_agent, neighbourhood
+):
     target = await _live_id()
-    _, pending = await _pause(client, trusted_caller, openai_agent, ("delete_annotations", {"ids": [target]}))
+    _, pending = await _pause(
+        client, trusted_caller, openai_agent, ("delete_annotations", {"ids": [target]})
+    )
     openai_agent.reply_text("Kept it.")
     out = await _resume(client, trusted_caller, pending["id"], "reject")
     (call,) = out.of("backend_tool_call")
@@ -114,11 +144,15 @@ async def test_rejecting_tells_the_model_and_leaves_the_annotation_in_place(clie
     assert await asyncio.to_thread(credit_balance, user=trusted_caller.user) == 100
 
 
-async def test_an_approved_deletion_is_soft_and_restorable(client, trusted_caller, openai_agent, neighbourhood):
+async def test_an_approved_deletion_is_soft_and_restorable(
+    client, trusted_caller, openai_agent, neighbourhood
+):
     from geosense.annotations.services import annotations_restore
 
     target = await _live_id()
-    _, pending = await _pause(client, trusted_caller, openai_agent, ("delete_annotations", {"ids": [target]}))
+    _, pending = await _pause(
+        client, trusted_caller, openai_agent, ("delete_annotations", {"ids": [target]})
+    )
     openai_agent.reply_text("Deleted.")
     await _resume(client, trusted_caller, pending["id"], "approve")
     assert not await Annotation.objects.filter(pk=target).aexists()
@@ -140,21 +174,34 @@ async def test_a_resumed_turn_can_pause_again(client, trusted_caller, openai_age
     assert history_is_valid(openai_agent.requests[-1]["messages"])
 
 
-async def test_the_remaining_calls_of_a_step_wait_behind_the_approval(client, trusted_caller, openai_agent, neighbourhood):
+async def test_the_remaining_calls_of_a_step_wait_behind_the_approval(
+    client, trusted_caller, openai_agent, neighbourhood
+):
     openai_agent.reply_tool_calls([("c1", *SIMILAR), ("c2", "list_classes", {})])
-    out = await post_stream(client, trusted_caller.url("/message/stream"), {"text": "x"}, token=trusted_caller.token)
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "x"}, token=trusted_caller.token
+    )
     assert out.message["pending_approval"]["tool"] == "similarity_search"
     assert not await Message.objects.filter(role="tool").aexists()
     openai_agent.reply_text("Both done.")
-    resumed = await _resume(client, trusted_caller, out.message["pending_approval"]["id"], "approve")
+    resumed = await _resume(
+        client, trusted_caller, out.message["pending_approval"]["id"], "approve"
+    )
     assert [c["call_id"] for c in resumed.of("backend_tool_call")] == ["c1", "c2"]
     assert history_is_valid(openai_agent.requests[-1]["messages"])
 
 
-async def test_a_new_message_sets_the_approval_aside(client, trusted_caller, openai_agent, neighbourhood):
+async def test_a_new_message_sets_the_approval_aside(
+    client, trusted_caller, openai_agent, neighbourhood
+):
     _, pending = await _pause(client, trusted_caller, openai_agent, SIMILAR)
     openai_agent.reply_text("Sure, something else.")
-    out = await post_stream(client, trusted_caller.url("/message/stream"), {"text": "never mind"}, token=trusted_caller.token)
+    out = await post_stream(
+        client,
+        trusted_caller.url("/message/stream"),
+        {"text": "never mind"},
+        token=trusted_caller.token,
+    )
     assert out.message["content"] == "Sure, something else."
     assert (await Approval.objects.aget(pk=pending["id"])).status == "set_aside"
     fed = openai_agent.requests[-1]["messages"]
@@ -179,18 +226,35 @@ async def test_resume_reads_only_the_database(client, trusted_caller, openai_age
     assert out.message["content"] == "Resumed after a restart."
 
 
-async def test_deciding_refuses_unknown_decided_foreign_and_stale_approvals(client, trusted_caller, openai_agent, neighbourhood):
+async def test_deciding_refuses_unknown_decided_foreign_and_stale_approvals(
+    client, trusted_caller, openai_agent, neighbourhood
+):
     _, first = await _pause(client, trusted_caller, openai_agent, SIMILAR)
     assert (await _resume(client, trusted_caller, 999999, "approve")).status == 404
-    bad = await post_stream(client, trusted_caller.url("/message/resume/stream"), {"approval": first["id"], "decision": "maybe"}, token=trusted_caller.token)
+    bad = await post_stream(
+        client,
+        trusted_caller.url("/message/resume/stream"),
+        {"approval": first["id"], "decision": "maybe"},
+        token=trusted_caller.token,
+    )
     assert bad.status == 400
     other = await asyncio.to_thread(make_caller, "oscar", allow_backend_tools=True)
-    foreign = await post_stream(client, other.url("/message/resume/stream"), {"approval": first["id"], "decision": "approve"}, token=other.token)
+    foreign = await post_stream(
+        client,
+        other.url("/message/resume/stream"),
+        {"approval": first["id"], "decision": "approve"},
+        token=other.token,
+    )
     assert foreign.status == 404
     # a second, newer approval makes the first one stale (not the session's latest)
     await Approval.objects.filter(pk=first["id"]).aupdate(status="pending")
     message = await Message.objects.filter(role="assistant").alast()
-    newer = await Approval.objects.acreate(session=trusted_caller.session, message=message, tool_call_id="other", tool_name="list_classes")
+    newer = await Approval.objects.acreate(
+        session=trusted_caller.session,
+        message=message,
+        tool_call_id="other",
+        tool_name="list_classes",
+    )
     stale = await _resume(client, trusted_caller, first["id"], "approve")
     assert stale.status == 409 and "latest" in stale.body["error"]
     await newer.adelete()
@@ -200,11 +264,15 @@ async def test_deciding_refuses_unknown_decided_foreign_and_stale_approvals(clie
     assert again.status == 409 and "already rejected" in again.body["error"]
 
 
-async def test_a_call_the_balance_cannot_cover_is_refused_before_it_runs(client, trusted_caller, openai_agent, neighbourhood):
+async def test_a_call_the_balance_cannot_cover_is_refused_before_it_runs(
+    client, trusted_caller, openai_agent, neighbourhood
+):
     await asyncio.to_thread(credit_set, user=trusted_caller.user, balance=3)
     openai_agent.reply_tool_calls([("c1", *SIMILAR)])
     openai_agent.reply_text("You do not have enough credits.")
-    out = await post_stream(client, trusted_caller.url("/message/stream"), {"text": "x"}, token=trusted_caller.token)
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "x"}, token=trusted_caller.token
+    )
     assert not await Approval.objects.aexists()
     (error,) = out.of("error")
     assert "costs 5 credits" in error["message"] and "balance is 3" in error["message"]
@@ -213,7 +281,9 @@ async def test_a_call_the_balance_cannot_cover_is_refused_before_it_runs(client,
     assert await asyncio.to_thread(credit_balance, user=trusted_caller.user) == 3
 
 
-async def test_a_balance_spent_while_the_approval_waited_refuses_on_approve(client, trusted_caller, openai_agent, neighbourhood):
+async def test_a_balance_spent_while_the_approval_waited_refuses_on_approve(
+    client, trusted_caller, openai_agent, neighbourhood
+):
     _, pending = await _pause(client, trusted_caller, openai_agent, SIMILAR)
     await asyncio.to_thread(credit_set, user=trusted_caller.user, balance=2)
     openai_agent.reply_text("Not enough credits, sorry.")
