@@ -28,6 +28,9 @@ How it works, and why it is safe:
 4. Nothing here raises on any input text: malformed markup degrades to text or a chip.
 """
 
+from collections.abc import Mapping
+from typing import Any
+
 from .blocks import (
     Answer,
     Area,
@@ -58,10 +61,12 @@ from .parser import parse_message, plain_parts
 from .render import render_blocks, render_inline, render_message
 
 
-def message_plain_text(text: str, *, role: str = "assistant") -> str:
+def message_plain_text(
+    text: str, *, role: str = "assistant", artifacts: Mapping[str, Any] | None = None
+) -> str:
     """A one-line plain-text preview of a message (titles, the session list)."""
     words: list[str] = []
-    for block in parse_message(text, artifacts={}, role=role):
+    for block in parse_message(text, artifacts=artifacts or {}, role=role):
         if isinstance(block, TextBlock):
             words.append(plain_parts(block.parts))
         elif isinstance(block, QuestionBlock):
