@@ -57,12 +57,8 @@ def geometry_dict(geom: BaseGeometry) -> dict[str, Any]:
     return json.loads(shapely.to_geojson(geom))
 
 
-def geometry_measures(geometry: dict[str, Any]) -> tuple[float, float]:
-    """Geodesic (area_m2, length_m) of a WGS84 GeoJSON geometry; a polygon's length is its perimeter."""
-    return geodesic_measures(geometry_parse(geometry))
-
-
 def geodesic_measures(geom: BaseGeometry) -> tuple[float, float]:
+    """Geodesic (area_m2, length_m) on WGS84; a polygon's length is its perimeter."""
     dimension = shapely.get_dimensions(geom)
     if dimension == 2:
         area, perimeter = GEOD.geometry_area_perimeter(geom)

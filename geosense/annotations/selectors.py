@@ -13,7 +13,7 @@ import shapely
 from django.db.models import Count, Q, QuerySet
 from shapely.geometry import shape
 
-from .geometry import GEOD, nearest_point_distances
+from .geometry import GEOD
 from .index import ClassIndex, SpatialIndex, spatial_index
 from .models import Annotation
 from .types import (
@@ -155,22 +155,34 @@ def annotations_within_distance(
     positions = sources.positions_in(bbox)
     if len(positions) == 0:
         return []
-    # Nearest by projected distance within a radius that surely holds every geodesic
-    # neighbour; `exclusive` keeps an annotation from being its own neighbour.
-    hits, nearest = targets.tree.query_nearest(
-        sources.geoms[positions],
-        max_distance=index.search_distance(distance_m),
-        exclusive=source == target,
-        all_matches=False,
+    # Candidates within a projected radius that surely holds every geodesic neighbour.
+    hits, other = targets.tree.query(
+        sources.geoms[positions], predicate="dwithin", distance=index.search_distance(distance_m)
     )
-    src = positions[hits]
-    metres = nearest_point_distances(index.projection, sources.geoms[src], targets.geoms[nearest])
+    if source == target:
+        distinct = sources.ids[positions[hits]] != targets.ids[other]
+        hits, other = hits[distinct], other[distinct]
+    if len(hits) == 0:
+        return []
+    projected = shapely.distance(sources.geoms[positions[hits]], targets.geoms[other])
+    # The query answers grouped by source: the nearest target of each group (the lowest id
+    # among equals; positions follow ids).
+    starts = np.flatnonzero(np.r_[True, hits[1:] != hits[:-1]])
+    nearest = np.minimum.reduceat(projected, starts)
+    counts = np.diff(np.r_[starts, len(hits)])
+    is_nearest = projected == np.repeat(nearest, counts)
+    chosen = np.minimum.reduceat(np.where(is_nearest, other, np.iinfo(np.int64).max), starts)
+    src = positions[hits[starts]]
+    metres = index.geodesic(nearest, sources.geoms[src], targets.geoms[chosen])
     keep = metres <= distance_m
-    source_ids, target_ids, metres = sources.ids[src][keep], targets.ids[nearest][keep], metres[keep]
-    order = np.lexsort((source_ids, metres))
+    source_ids, target_ids, metres = sources.ids[src][keep], targets.ids[chosen][keep], metres[keep]
+    # Sources come in id order, so a stable sort by distance keeps ids ascending among ties.
+    order = np.argsort(metres, kind="stable")
     return [
-        WithinPair(source_id=int(s), target_id=int(t), distance_m=float(d))
-        for s, t, d in zip(source_ids[order], target_ids[order], metres[order], strict=True)
+        WithinPair(source_id=s, target_id=t, distance_m=d)
+        for s, t, d in zip(
+            source_ids[order].tolist(), target_ids[order].tolist(), metres[order].tolist(), strict=True
+        )
     ]
 
 

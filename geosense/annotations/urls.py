@@ -1,1 +1,7 @@
-urlpatterns = []
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("annotations", views.annotations_api, name="annotations-api"),
+]

@@ -1,0 +1,48 @@
+"""Admin for credit balances, the credit ledger and bearer tokens."""
+
+from django.contrib import admin
+
+from .models import ApiToken, CreditAccount, CreditCharge
+
+
+@admin.register(CreditAccount)
+class CreditAccountAdmin(admin.ModelAdmin):
+    list_display = ["user", "balance"]
+    search_fields = ["user__username"]
+    list_select_related = ["user"]
+    autocomplete_fields = ["user"]
+
+
+@admin.register(CreditCharge)
+class CreditChargeAdmin(admin.ModelAdmin):
+    """The ledger is append-only: entries are written with their charge, never edited."""
+
+    list_display = ["created", "user", "amount", "tool_name", "tool_call_id", "session_id"]
+    list_filter = ["tool_name"]
+    search_fields = ["user__username", "tool_call_id", "session_id"]
+    list_select_related = ["user"]
+    date_hierarchy = "created"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are created by `manage.py api_token` (the only time one is shown); here they
+    can be inspected and revoked (deleted)."""
+
+    list_display = ["prefix", "user", "created", "last_used"]
+    search_fields = ["user__username", "prefix"]
+    list_select_related = ["user"]
+    readonly_fields = ["user", "prefix", "created", "last_used"]
+    exclude = ["digest"]
+
+    def has_add_permission(self, request) -> bool:
+        return False

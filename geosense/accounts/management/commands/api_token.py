@@ -1,0 +1,19 @@
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from geosense.accounts.services import api_token_create
+
+
+class Command(BaseCommand):
+    help = "Create a bearer token for the HTTP API and the socket, and print it (only its hash is kept)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("username")
+
+    def handle(self, *args, username: str, **options) -> None:
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"no user named {username!r}")
+        if not user.is_active:
+            raise CommandError(f"user {username!r} is inactive")
+        self.stdout.write(api_token_create(user=user))
