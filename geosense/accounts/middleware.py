@@ -95,7 +95,10 @@ class CookieSocketOriginValidator(OriginValidator):
         super().__init__(application, settings.ALLOWED_HOSTS)
 
     async def __call__(self, scope, receive, send):
-        if scope.get("auth_by_token"):
+        user = scope.get("user")
+        if scope.get("auth_by_token") or not getattr(user, "is_authenticated", False):
+            # Token sockets need no Origin; anonymous ones are accepted and closed with 4401
+            # by the consumer (nothing is reachable before authentication).
             return await self.application(scope, receive, send)
         return await super().__call__(scope, receive, send)
 
