@@ -9,8 +9,8 @@
 - `context_for(server, **options)`: a fresh browser context whose `base_url` is that server;
   `context`, `page` and `logged_in_page` (demo/demo) use `daphne_server`.
 - `page_errors`: uncaught exceptions and console errors of the test's pages.
-Every test that uses `browser` gets the `browser` marker, and a failing one leaves a
-screenshot of each open page in test-artifacts/screenshots/.
+Every test that uses `browser` gets the `browser` marker and runs after all other tests; a
+failing one leaves a screenshot of each open page in test-artifacts/screenshots/.
 """
 
 import os
@@ -36,9 +36,14 @@ _failed_key = pytest.StashKey[bool]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "browser" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.browser)
+    """Mark the browser tests and run them last: Playwright's sync API keeps its event loop
+    marked as running in the main thread for as long as the browser lives, and no asyncio test
+    can run its own loop after that."""
+    in_browser = [item for item in items if "browser" in getattr(item, "fixturenames", ())]
+    for item in in_browser:
+        item.add_marker(pytest.mark.browser)
+    chosen = set(in_browser)
+    items[:] = [item for item in items if item not in chosen] + in_browser
 
 
 @pytest.hookimpl(wrapper=True)
