@@ -6,7 +6,6 @@ from .models import (
     Approval,
     Artifact,
     ChatSession,
-    ClientToolRegistration,
     Message,
     PendingDecision,
 )
@@ -116,9 +115,3 @@ class ArtifactAdmin(admin.ModelAdmin):
     list_filter = ("kind",)
     search_fields = ("artifact_id",)
     readonly_fields = [f.name for f in Artifact._meta.fields]
-
-
-@admin.register(ClientToolRegistration)
-class ClientToolRegistrationAdmin(admin.ModelAdmin):
-    list_display = ("channel_name", "session", "updated")
-    readonly_fields = ("channel_name", "session", "tools", "updated")

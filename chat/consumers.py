@@ -13,10 +13,11 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from chat.events import CLIENT_TOOL_ANSWER, session_group
+from chat.events import session_group
 from chat.models import ChatSession
 from tools.client import (
     CLIENT_ERROR_MAX_CHARS,
+    CLIENT_TOOL_ANSWER,
     TOOLS_PER_SOCKET_MAX,
     WENT_AWAY,
     ClientTool,

@@ -38,10 +38,8 @@ def session_group(session_id: object) -> str:
     return f"chat.session.{str(session_id).replace('-', '')}"
 
 
-# The group message type the consumer handles (`turn_event`), and the client-tool messages.
+# The group message type the consumer handles (`turn_event`).
 GROUP_TURN_EVENT = "turn.event"
-CLIENT_TOOL_INVOKE = "client.tool.invoke"
-CLIENT_TOOL_ANSWER = "client.tool.answer"
 
 
 @dataclass

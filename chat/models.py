@@ -152,23 +152,3 @@ class PendingDecision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status})"
-
-
-class ClientToolRegistration(models.Model):
-    """The client tools one socket declared; every process reads them from here.
-
-    Keyed by the socket's channel name; deleted when the socket closes.
-    """
-
-    channel_name = models.CharField(max_length=255, unique=True)
-    session = models.ForeignKey(
-        ChatSession, on_delete=models.CASCADE, related_name="client_tool_registrations"
-    )
-    tools = models.JSONField(default=list)
-    updated = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        ordering = ["-updated"]
-
-    def __str__(self) -> str:
-        return f"{self.channel_name} → {self.session_id}"

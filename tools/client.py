@@ -21,14 +21,16 @@ from typing import Any, Literal
 
 from channels.layers import get_channel_layer
 
-from chat.events import CLIENT_TOOL_ANSWER, CLIENT_TOOL_INVOKE
-from chat.models import ClientToolRegistration
+from tools.models import ClientToolRegistration
 from tools.schemas import SchemaRefused, schema_check, validation_error
 
 logger = logging.getLogger(__name__)
 
 # The engine gave up on a call (time-out, turn cancelled): the socket forgets it, so a late
 # answer from the page is refused as unknown and the page can drop its card.
+# Channel-layer messages between the engine and the consumer holding the socket.
+CLIENT_TOOL_INVOKE = "client.tool.invoke"
+CLIENT_TOOL_ANSWER = "client.tool.answer"
 CLIENT_TOOL_FORGET = "client.tool.forget"
 
 # OpenAI-compatible function names; the same rule keeps names safe in HTML ids and logs.

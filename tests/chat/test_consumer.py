@@ -15,10 +15,11 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from chat.events import GROUP_TURN_EVENT, session_group
-from chat.models import ChatSession, ClientToolRegistration
+from chat.models import ChatSession
 from geosense.accounts.services import api_token_create
 from geosense.asgi import application
 from tools.client import client_tool_request, client_toolset_of_session
+from tools.models import ClientToolRegistration
 
 BACKEND_NAMES = frozenset({"list_classes", "query_annotations", "measure"})
 

@@ -6,10 +6,11 @@ import json
 import pytest
 
 from chat import services
-from chat.models import ChatSession, ClientToolRegistration, Message
+from chat.models import ChatSession, Message
 from chat.turns import turns_settle
 from tests.chat.helpers import history_is_valid, post_stream, stored_history_is_valid
 from tools import registry
+from tools.models import ClientToolRegistration
 from tools.registry import BackendTool, ToolError
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]

@@ -7,10 +7,11 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 
-from chat.events import CLIENT_TOOL_ANSWER, CLIENT_TOOL_INVOKE
 from chat.models import ChatSession
 from tools.client import (
+    CLIENT_TOOL_ANSWER,
     CLIENT_TOOL_FORGET,
+    CLIENT_TOOL_INVOKE,
     ClientTool,
     ClientToolRefused,
     client_tool_declare,
