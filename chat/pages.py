@@ -1,28 +1,225 @@
-"""The chat page: the user's sessions beside the map of annotations."""
+"""The chat page: the user's sessions, the map and the transcript, rendered on the server.
 
+Every message goes through one template (`chat/message.html`) whether it comes with the page,
+with a turn re-rendered after a live update, or alone: live and reloaded views are the same.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
-from django.views.decorators.http import require_GET
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.safestring import SafeString
+from django.views.decorators.http import require_GET, require_POST
 
-from .models import ChatSession
+from geosense.accounts.services import credit_balance
+
+from . import selectors, services
+from .markup import (
+    answers_in_transcript,
+    questions_in_transcript,
+    render_message,
+    responses_in_transcript,
+)
+from .models import ChatSession, Message
+
+SHOWN_ROLES = {Message.Role.USER, Message.Role.ASSISTANT, Message.Role.NOTE}
+ARGUMENT_MAX_CHARS = 200
+REASON_LABELS = {"backend_access": "Backend access", "destructive": "Deletes data"}
+
+
+@dataclass(frozen=True)
+class ShownMessage:
+    """A message as the page shows it: its HTML and, for a paused turn, its card's data."""
+
+    id: int
+    role: str
+    turn: int
+    html: SafeString
+    text: str
+    approval: dict[str, Any] | None
+    decision: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Turn:
+    number: int
+    messages: list[ShownMessage]
+
+
+def _reason_labels(approval: dict[str, Any]) -> list[str]:
+    labels = []
+    for reason in approval["reasons"]:
+        if reason == "credits":
+            cost = approval["cost_credits"]
+            labels.append(f"Costs {cost} credit{'' if cost == 1 else 's'}")
+        else:
+            labels.append(REASON_LABELS.get(reason, reason.replace("_", " ").capitalize()))
+    return labels
+
+
+def _argument_items(arguments: dict[str, Any]) -> list[tuple[str, str]]:
+    """Arguments as short readable pairs; structured values as compact JSON."""
+    items = []
+    for name, value in arguments.items():
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if len(shown) > ARGUMENT_MAX_CHARS:
+            shown = shown[:ARGUMENT_MAX_CHARS] + "…"
+        items.append((str(name).replace("_", " "), shown))
+    return items
+
+
+def _decision_result(messages: list[Message], tool_call_id: str) -> dict[str, Any] | None:
+    for message in messages:
+        if message.role == Message.Role.TOOL and message.tool_call_id == tool_call_id:
+            try:
+                value = json.loads(message.content)
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+def transcript_shown(*, session: ChatSession) -> list[ShownMessage]:
+    """The session's messages as shown: questions marked answered, requests marked run.
+
+    Tool messages are internals; an assistant message that only carried tool calls shows
+    nothing unless it paused the turn (then it is an approval or decision card).
+    """
+    messages = selectors.messages_of_session(session_id=session.pk)
+    artifacts = selectors.artifacts_map(session_id=session.pk)
+    user_texts = [m.content for m in messages if m.role == Message.Role.USER]
+    answers = answers_in_transcript(user_texts)
+    responses = responses_in_transcript(user_texts)
+    questions = questions_in_transcript(
+        (m.content for m in messages if m.role == Message.Role.ASSISTANT), artifacts=artifacts
+    )
+    shown = []
+    for message in messages:
+        if message.role not in SHOWN_ROLES:
+            continue
+        data = selectors.message_serialize(message)
+        approval = data.get("approval")
+        decision = data.get("decision")
+        if message.role == Message.Role.ASSISTANT and not (
+            message.content.strip() or approval or decision
+        ):
+            continue
+        if approval:
+            approval = {
+                **approval,
+                "reason_labels": _reason_labels(approval),
+                "argument_items": _argument_items(approval["arguments"]),
+            }
+        if decision:
+            decision = {**decision, "result": _decision_result(messages, decision["tool_call"])}
+        html = (
+            SafeString("")
+            if message.role == Message.Role.NOTE
+            else render_message(
+                message.content,
+                role=message.role,
+                artifacts=artifacts,
+                answers=answers,
+                responses=responses,
+                questions=questions,
+                message_id=message.pk,
+            )
+        )
+        shown.append(
+            ShownMessage(
+                id=message.pk,
+                role=message.role,
+                turn=message.turn,
+                html=html,
+                text=message.content,
+                approval=approval,
+                decision=decision,
+            )
+        )
+    return shown
+
+
+def turns_group(messages: list[ShownMessage]) -> list[Turn]:
+    turns: list[Turn] = []
+    for message in messages:
+        if not turns or turns[-1].number != message.turn:
+            turns.append(Turn(number=message.turn, messages=[]))
+        turns[-1].messages.append(message)
+    return turns
+
+
+def _owned(request: HttpRequest, session_id: UUID) -> ChatSession:
+    session = selectors.session_of_user(session_id=session_id, user=request.user)
+    if session is None:  # another user's session answers 404, as if it did not exist
+        raise Http404("no such session")
+    return session
+
+
+def _with_state(response: HttpResponse, *, request: HttpRequest, session: ChatSession) -> None:
+    """What a live update changes beside the transcript, for the page to show."""
+    response["X-GeoSense-Credits"] = str(credit_balance(user=request.user))
+    response["X-GeoSense-Allow-Backend-Tools"] = "true" if session.allow_backend_tools else "false"
 
 
 @require_GET
 @login_required
 def chat_page(request: HttpRequest, session_id: UUID | None = None) -> HttpResponse:
-    sessions = ChatSession.objects.filter(user=request.user)
-    # Another user's session answers 404, as if it did not exist.
-    current = get_object_or_404(sessions, pk=session_id) if session_id is not None else None
+    current = _owned(request, session_id) if session_id is not None else None
+    shown = transcript_shown(session=current) if current is not None else []
     return render(
         request,
         "chat/page.html",
         {
-            "sessions": list(sessions),
+            "sessions": selectors.session_list(user=request.user),
             "current": current,
+            "turns": turns_group(shown),
+            "credits": credit_balance(user=request.user),
             "tile_url": settings.GEOSENSE_MAP_TILE_URL,
         },
     )
+
+
+@require_POST
+@login_required
+def session_new(request: HttpRequest) -> HttpResponse:
+    session = services.session_create(user=request.user, title="")
+    return redirect("chat-session", session_id=session.pk)
+
+
+@require_GET
+@login_required
+def turn_partial(request: HttpRequest, session_id: UUID, turn: int) -> HttpResponse:
+    """One turn's messages, rendered as the full page renders them (for live updates)."""
+    session = _owned(request, session_id)
+    messages = [m for m in transcript_shown(session=session) if m.turn == turn]
+    response = render(
+        request,
+        "chat/turn.html",
+        {
+            "turn": Turn(number=turn, messages=messages),
+            "credits": credit_balance(user=request.user),
+        },
+    )
+    _with_state(response, request=request, session=session)
+    return response
+
+
+@require_GET
+@login_required
+def message_partial(request: HttpRequest, session_id: UUID, message_id: int) -> HttpResponse:
+    session = _owned(request, session_id)
+    for message in transcript_shown(session=session):
+        if message.id == message_id:
+            response = render(
+                request,
+                "chat/message.html",
+                {"message": message, "credits": credit_balance(user=request.user)},
+            )
+            _with_state(response, request=request, session=session)
+            return response
+    raise Http404("no such message")
