@@ -254,6 +254,7 @@ class TurnRunner:
         return self.prepared.turn
 
     async def run(self) -> None:
+        keeper = asyncio.create_task(self._keep_lease())
         try:
             await self.sink.emit("turn_start", {"session": str(self.session_id), "turn": self.turn})
             if self.prepared.resume_message_id is not None:
@@ -270,7 +271,14 @@ class TurnRunner:
                 "Something went wrong while answering. The conversation is saved; please try again."
             )
         finally:
+            keeper.cancel()
             await asyncio.shield(self._finish())
+
+    async def _keep_lease(self) -> None:
+        """Renew the claim while the turn runs (a long model stream or client-tool wait)."""
+        while True:
+            await asyncio.sleep(services.TURN_LEASE.total_seconds() / 4)
+            await db(services.session_lease_renew)(session_id=self.session_id)
 
     async def _finish(self) -> None:
         try:
