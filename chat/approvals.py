@@ -42,8 +42,8 @@ class ApprovalConflict(Exception):
 @dataclass(frozen=True)
 class DecisionOutcome:
     approval: Approval
-    # Set when approving failed to charge: the call is refused with this text.
-    refusal: str | None = None
+    # Set when approving failed to charge: the call is refused.
+    shortfall: "CreditShortfall | None" = None
 
 
 def approval_check(*, session_id: object, approval_id: int) -> Approval:
@@ -80,7 +80,7 @@ def approval_decide(
         if not changed:
             raise ApprovalConflict("approval already decided")
         approval = Approval.objects.select_related("session").get(pk=approval_id)
-        refusal = None
+        shortfall = None
         if status == Approval.Status.APPROVED:
             if "backend_access" in approval.reasons:
                 ChatSession.objects.filter(pk=session_id).update(allow_backend_tools=True)
@@ -94,18 +94,34 @@ def approval_decide(
                         session_id=str(session_id),
                     )
                 except InsufficientCredits as exc:
-                    refusal = f"Refused: not enough credits. {exc}"
-    return DecisionOutcome(approval=approval, refusal=refusal)
+                    shortfall = CreditShortfall(
+                        tool=approval.tool_name, cost=exc.needed, balance=exc.balance
+                    )
+    return DecisionOutcome(approval=approval, shortfall=shortfall)
 
 
-def credits_shortfall(*, user, tool: BackendTool) -> str | None:
-    """A readable refusal when the balance cannot cover the call, checked before asking."""
+@dataclass(frozen=True)
+class CreditShortfall:
+    """A call the balance cannot cover: one sentence for the user, one for the model."""
+
+    tool: str
+    cost: int
+    balance: int
+
+    @property
+    def for_user(self) -> str:
+        return f"Not enough credits: {self.tool} costs {self.cost} credits and the balance is {self.balance}."
+
+    @property
+    def for_model(self) -> str:
+        return f"Refused before running. {self.for_user} Tell the user they do not have enough credits."
+
+
+def credits_shortfall(*, user, tool: BackendTool) -> CreditShortfall | None:
+    """Checked before asking for approval, so nobody approves a call that cannot run."""
     if tool.cost_credits <= 0:
         return None
     balance = credit_balance(user=user)
     if balance >= tool.cost_credits:
         return None
-    return (
-        f"Refused before running: {tool.name} costs {tool.cost_credits} credits and the "
-        f"balance is {balance}. Tell the user they do not have enough credits."
-    )
+    return CreditShortfall(tool=tool.name, cost=tool.cost_credits, balance=balance)

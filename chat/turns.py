@@ -310,11 +310,13 @@ class TurnRunner:
         approval = outcome.approval
         call = {"id": approval.tool_call_id, "name": approval.tool_name}
         tool = backend_tool(approval.tool_name)
-        if outcome.refusal is not None:
+        if outcome.shortfall is not None:
             await self._store_and_report(
-                call, approval.arguments, ToolRun(ok=False, content={"error": outcome.refusal})
+                call,
+                approval.arguments,
+                ToolRun(ok=False, content={"error": outcome.shortfall.for_model}),
             )
-            await self.sink.emit("error", {"message": outcome.refusal.replace("Refused: ", "")})
+            await self.sink.emit("error", {"message": outcome.shortfall.for_user})
         elif approval.status != "approved" or tool is None:
             await self._store_and_report(
                 call, approval.arguments, ToolRun(ok=False, content={"error": DECLINED_RESULT})
@@ -466,18 +468,11 @@ class TurnRunner:
             tool=tool, allow_backend_tools=session.allow_backend_tools
         )
         shortfall = await db(approvals.credits_shortfall)(user=self.prepared.user, tool=tool)
-        if shortfall:
+        if shortfall is not None:
             await self._store_and_report(
-                call, arguments, ToolRun(ok=False, content={"error": shortfall})
+                call, arguments, ToolRun(ok=False, content={"error": shortfall.for_model})
             )
-            await self.sink.emit(
-                "error",
-                {
-                    "message": shortfall.split(": ", 1)[-1].replace(
-                        " Tell the user they do not have enough credits.", ""
-                    )
-                },
-            )
+            await self.sink.emit("error", {"message": shortfall.for_user})
             return None
         if reasons:
             await db(services.approval_create)(
