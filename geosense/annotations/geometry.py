@@ -186,8 +186,17 @@ def size_attribute(attributes: dict[str, Any]) -> float:
 
 
 def shape_vector(geom_lonlat: BaseGeometry, attributes: dict[str, Any]) -> list[float]:
-    """The default "shape" vector of one WGS84 geometry (projected around its own centre)."""
+    """The default "shape" vector of one WGS84 geometry.
+
+    Shape descriptors need no geodesic precision, so the geometry is scaled to metres
+    around its own centre (equirectangular), which costs nothing next to building a
+    pyproj transformer per annotation.
+    """
     centre = geom_lonlat.centroid
-    projection = LocalProjection(lon=centre.x, lat=centre.y)
-    metric = projection.project(np.array([geom_lonlat], dtype=object))
-    return shape_vectors(metric, np.array([size_attribute(attributes)]))[0].tolist()
+    metres_per_degree = EARTH_RADIUS_M * math.pi / 180
+    x_scale = metres_per_degree * math.cos(math.radians(centre.y))
+    metric = shapely.transform(
+        geom_lonlat,
+        lambda c: np.column_stack([(c[:, 0] - centre.x) * x_scale, (c[:, 1] - centre.y) * metres_per_degree]),
+    )
+    return shape_vectors(np.array([metric], dtype=object), np.array([size_attribute(attributes)]))[0].tolist()
