@@ -308,8 +308,11 @@ export function createChat({
         break;
       case 'text_delta':
         if (live.turn === null) break;
-        live.raw += data.delta || '';
-        bubble().querySelector('.streaming-text').textContent = previewText(live.raw);
+        {
+          const text = bubble().querySelector('.streaming-text');
+          live.raw += data.delta || '';
+          text.textContent = previewText(live.raw);
+        }
         break;
       case 'backend_thinking':
         if (live.turn === null) break;
