@@ -18,7 +18,7 @@ def openai_page(daphne_server_factory, fake_llm, context_for):
 
 
 def test_the_answer_streams_in_and_is_swapped_for_the_stored_message(openai_page, fake_llm):
-    server, _, page = openai_page
+    _, _, page = openai_page
     new_session(page)
     fake_llm.reply(Text("There are many "), Pause(1.5), Text("<b>trees</b> here."))
 
@@ -53,7 +53,7 @@ def test_an_approved_deletion_runs_and_the_model_reads_its_result(openai_page, f
 def test_a_second_tab_sees_the_turn_and_a_send_while_it_runs_is_refused_keeping_the_text(
     openai_page, fake_llm
 ):
-    server, context, page = openai_page
+    _, context, page = openai_page
     new_session(page)
     other = context.new_page()
     other.goto(page.url)
