@@ -47,3 +47,67 @@ def test_a_new_conversation_answers_how_many_trees(logged_in_page, daphne_server
     page.reload()
     expect(last_answer(page)).to_contain_text(f"There are {trees} trees.")
     assert page_errors == []
+
+
+def test_switching_sessions_keeps_the_page_and_rebinds_the_socket(logged_in_page):
+    page = logged_in_page
+    first = new_session(page)
+    ask(page, "how many trees are there?")
+    expect(last_answer(page)).to_contain_text("trees")
+    new_session(page)
+    page.evaluate("window.samePage = true")
+
+    page.locator(f".session-list a[data-session-id='{first}']").click()
+
+    page.wait_for_url(f"**/chat/{first}/")
+    expect(page.locator(".session-list [aria-current=page]")).to_have_attribute(
+        "data-session-id", first
+    )
+    expect(last_answer(page)).to_contain_text("trees")
+    page.wait_for_function("window.geosenseSocketReady === true")
+    page.get_by_label("Your message").fill("what is the map view?")
+    page.get_by_label("Your message").press("Enter")
+    expect(last_answer(page)).to_contain_text("The map is centred on")
+    assert page.evaluate("window.samePage") is True
+
+
+KEEP_SOCKETS = """
+const Native = window.WebSocket;
+window.openedSockets = [];
+window.WebSocket = class extends Native {
+  constructor(...args) { super(...args); window.openedSockets.push(this); }
+};
+"""
+
+
+def test_after_a_lost_connection_the_socket_reconnects_and_serves_tools_again(logged_in_page):
+    page = logged_in_page
+    page.add_init_script(KEEP_SOCKETS)
+    new_session(page)
+    state = page.locator("#connection-state")
+    expect(state).to_have_text("Connected")
+
+    page.evaluate("window.openedSockets.at(-1).close(4000)")
+    expect(state).to_have_text("Reconnecting…")
+    screenshot(page, "chat-reconnecting")
+
+    expect(state).to_have_text("Connected", timeout=20_000)
+    page.wait_for_function("window.geosenseSocketReady === true")
+    assert page.evaluate("window.openedSockets.length") == 2
+    ask(page, "what is the map view?")
+    expect(last_answer(page)).to_contain_text("The map is centred on")
+
+
+def test_at_phone_width_the_map_sits_above_the_chat(browser, daphne_server, context_for):
+    from tests.browser.helpers import log_in
+
+    page = log_in(context_for(daphne_server, viewport={"width": 390, "height": 844}).new_page())
+    new_session(page)
+    ask(page, "how many trees are there?")
+    expect(last_answer(page)).to_contain_text("trees")
+
+    map_box = page.locator("#map").bounding_box()
+    chat_box = page.locator("#chat-panel").bounding_box()
+    assert map_box["y"] + map_box["height"] <= chat_box["y"] + 1
+    assert chat_box["width"] <= 390
+    screenshot(page, "chat-phone")
