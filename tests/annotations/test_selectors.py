@@ -277,3 +277,27 @@ def test_geojson_features_carry_id_class_measures_and_attributes():
     assert feature["properties"]["name"] == "George St"
     assert feature["properties"]["length_m"] == pytest.approx(925, rel=0.01)
     assert feature["geometry"]["type"] == "LineString"
+
+
+def test_within_distance_between_polygons_agrees_with_brute_force():
+    rng = np.random.default_rng(21)
+    sheds = [
+        annotation_create(category="shed", geometry=rectangle(x, y, 3, 2.5, turn_deg=t))
+        for x, y, t in zip(*scatter(rng, 60, 200), rng.uniform(0, 90, 60), strict=True)
+    ]
+    houses = [
+        annotation_create(category="house", geometry=rectangle(x, y, 14, 10, turn_deg=t))
+        for x, y, t in zip(*scatter(rng, 40, 200), rng.uniform(0, 90, 40), strict=True)
+    ]
+    limit = 15.0
+
+    pairs = {p.source_id: p for p in annotations_within_distance(source="shed", target="house", distance_m=limit)}
+
+    for shed in sheds:
+        nearest = min(utm(shed.geometry).distance(utm(h.geometry)) for h in houses)
+        if abs(nearest - limit) < 0.005 * limit:
+            continue
+        assert (shed.id in pairs) == (nearest <= limit)
+        if shed.id in pairs:
+            assert abs(pairs[shed.id].distance_m - nearest) <= 0.005 * max(nearest, 1.0)
+    assert len(pairs) > 5
