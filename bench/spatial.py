@@ -3,7 +3,8 @@
     .venv/bin/python bench/spatial.py [--annotations 200000] [--runs 9] [--sample 400]
 
 - within-distance, "trees within 20 m of a house": the service
-  (`annotations_within_distance`, warm index) against a bare shapely
+  (`annotations_within_distance`, warm index; also its array form, without one result object
+  per pair) against a bare shapely
   `STRtree.query(trees, predicate="dwithin", distance=20)` on the same projected geometries
   (pairs only: no nearest target, no distances, no result objects), and against a brute-force
   loop (every tree against every house, `shapely.distance` vectorised over the houses) timed on
@@ -88,7 +89,11 @@ def main() -> None:
     def bare():
         return houses.tree.query(trees.geoms, predicate="dwithin", distance=20)
 
+    def service_arrays():
+        return selectors.annotations_within_distance_arrays(source="tree", target="house", distance_m=20)
+
     service_wall, service_cpu, pairs = timed(service, args.runs)
+    arrays_wall, arrays_cpu, _ = timed(service_arrays, args.runs)
     bare_wall, bare_cpu, bare_pairs = timed(bare, args.runs)
     # Again, so that neither side profits from running while the machine was quieter.
     service_wall2, service_cpu2, _ = timed(service, args.runs)
@@ -154,6 +159,8 @@ def main() -> None:
     print("|---|---|---|---|")
     print(f"| service `annotations_within_distance` (warm) | {ms(service_wall)} | {ms(service_cpu)} | "
           f"{service_wall / bare_wall:.2f}× / {service_cpu / bare_cpu:.2f}× |")
+    print(f"| the same as arrays `annotations_within_distance_arrays` (warm) | {ms(arrays_wall)} | "
+          f"{ms(arrays_cpu)} | {arrays_wall / bare_wall:.2f}× / {arrays_cpu / bare_cpu:.2f}× |")
     print(f"| bare `STRtree.query(..., predicate='dwithin')` | {ms(bare_wall)} | {ms(bare_cpu)} | 1× |")
     print(f"| brute-force loop ({len(sample)} trees, scaled ×{scale:,.0f}) | {ms(brute_wall * scale)} | "
           f"{ms(brute_cpu * scale)} | {brute_wall * scale / bare_wall:,.0f}× |")

@@ -148,13 +148,28 @@ def annotations_within_distance(
 
     bbox limits the sources; their targets may lie outside it. Sorted by distance, then id.
     """
+    source_ids, target_ids, metres = annotations_within_distance_arrays(
+        source=source, target=target, distance_m=distance_m, bbox=bbox
+    )
+    return [
+        WithinPair(source_id=s, target_id=t, distance_m=d)
+        for s, t, d in zip(source_ids.tolist(), target_ids.tolist(), metres.tolist(), strict=True)
+    ]
+
+
+def annotations_within_distance_arrays(
+    *, source: str, target: str, distance_m: float, bbox: BBox | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`annotations_within_distance` as three aligned arrays (source ids, target ids, metres),
+    for callers that handle tens of thousands of pairs without an object per pair."""
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
     index = spatial_index()
     sources, targets = index.classes.get(source), index.classes.get(target)
     if sources is None or targets is None or distance_m < 0:
-        return []
+        return empty
     positions = sources.positions_in(bbox)
     if len(positions) == 0:
-        return []
+        return empty
     # Candidates within a projected radius that surely holds every geodesic neighbour.
     hits, other = targets.tree.query(
         sources.geoms[positions], predicate="dwithin", distance=index.search_distance(distance_m)
@@ -163,7 +178,7 @@ def annotations_within_distance(
         distinct = sources.ids[positions[hits]] != targets.ids[other]
         hits, other = hits[distinct], other[distinct]
     if len(hits) == 0:
-        return []
+        return empty
     projected = shapely.distance(sources.geoms[positions[hits]], targets.geoms[other])
     # The query answers grouped by source: the nearest target of each group (the lowest id
     # among equals; positions follow ids).
@@ -178,12 +193,7 @@ def annotations_within_distance(
     source_ids, target_ids, metres = sources.ids[src][keep], targets.ids[chosen][keep], metres[keep]
     # Sources come in id order, so a stable sort by distance keeps ids ascending among ties.
     order = np.argsort(metres, kind="stable")
-    return [
-        WithinPair(source_id=s, target_id=t, distance_m=d)
-        for s, t, d in zip(
-            source_ids[order].tolist(), target_ids[order].tolist(), metres[order].tolist(), strict=True
-        )
-    ]
+    return source_ids[order], target_ids[order], metres[order]
 
 
 def annotations_overlapping(
