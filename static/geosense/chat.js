@@ -671,6 +671,21 @@ export function createChat({
       if (name === 'turn_end') socketTurn = null;
       if (!own) handleEvent(name, data);
     },
+    /**
+     * After a (re)bind: show what was stored while this tab was not listening (a reload or a
+     * lost socket mid-turn), by rendering the latest turns again from the server.
+     */
+    async catchUp() {
+      if (!sessionId || streaming) return;
+      const response = await fetch(`/api/sessions/${sessionId}`, { credentials: 'same-origin' });
+      if (!response.ok) return;
+      const turns = new Set((await response.json()).messages.map((m) => m.turn));
+      const shown = [...transcript.querySelectorAll('.turn[data-turn]')].map((t) => Number(t.dataset.turn));
+      const latestShown = shown.length ? Math.max(...shown) : -1;
+      for (const turn of [...turns].sort((a, b) => a - b)) {
+        if (turn >= latestShown) await renderTurn(turn);
+      }
+    },
     notice,
     send,
   };

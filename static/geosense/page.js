@@ -61,6 +61,7 @@ const socket = createSessionSocket({
   session: panel.dataset.sessionId || null,
   tools: () => tools,
   onEvent: (name, data) => chat?.onSocketEvent(name, data),
+  onBound: () => chat?.catchUp(),
   onState: showState,
   onFrameError: (frame) => {
     if (frame.status !== 404) console.warn('GeoSense socket:', frame.error);

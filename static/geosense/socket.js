@@ -22,6 +22,7 @@ export const SOCKET_STATES = Object.freeze({
  *   onEvent?: (name: string, data: object) => void,
  *   onState?: (state: keyof typeof SOCKET_STATES) => void,
  *   onFrameError?: (frame: object) => void,
+ *   onBound?: (session: string) => void,
  *   WebSocket?: typeof WebSocket,
  * }} options
  */
@@ -32,6 +33,7 @@ export function createSessionSocket({
   onEvent = () => {},
   onState = () => {},
   onFrameError = () => {},
+  onBound = () => {},
   WebSocket: Socket = globalThis.WebSocket,
 }) {
   let socket = null;
@@ -68,7 +70,9 @@ export function createSessionSocket({
 
   const handlers = {
     'session-bound': (frame) => {
-      if (frame.session === current) register();
+      if (frame.session !== current) return;
+      register();
+      onBound(current);
     },
     'client-tool-registered': () => {
       setReady(true);
