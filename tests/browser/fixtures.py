@@ -13,11 +13,13 @@ Every test that uses `browser` gets the `browser` marker and runs after all othe
 failing one leaves a screenshot of each open page in test-artifacts/screenshots/.
 """
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.browser.daphne_server import DaphneServer, DaphneServers
 from tests.browser.helpers import log_in, screenshot
@@ -102,8 +104,8 @@ def context_for(
         return context
 
     # Playwright's sync API keeps an event loop in this thread, which trips Django's
-    # async-safety check for ORM calls made by the test itself. The servers are started by
-    # now and never inherit this (daphne_server.py filters it out).
+    # async-safety check for ORM calls made by the test itself. Servers and their manage.py
+    # commands never inherit this (daphne_server.py leaves it out of their environment).
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:
@@ -111,7 +113,8 @@ def context_for(
     finally:
         if request.node.stash.get(_failed_key, False):
             for n, page in enumerate(p for c in contexts for p in c.pages):
-                screenshot(page, f"FAILED-{request.node.nodeid}-{n}")
+                with contextlib.suppress(PlaywrightError):  # a crashed page has no picture
+                    screenshot(page, f"FAILED-{request.node.nodeid}-{n}")
         for context in contexts:
             context.close()
         if previous is None:
