@@ -3,6 +3,7 @@
 import pytest
 from playwright.sync_api import expect
 
+from chat.agents.openai import MAX_RETRIES
 from tests.browser.helpers import log_in, screenshot
 from tests.browser.test_chat_basics import ask, last_answer, new_session
 from tests.fakes.fake_openai import Pause, Text
@@ -73,3 +74,19 @@ def test_a_second_tab_sees_the_turn_and_a_send_while_it_runs_is_refused_keeping_
     assert page.eval_on_selector_all(".message[data-message-id]", shown) == (
         other.eval_on_selector_all(".message[data-message-id]", shown)
     )
+
+
+def test_a_failing_model_is_shown_in_the_chat_and_the_page_stays_usable(openai_page, fake_llm):
+    _, _, page = openai_page
+    new_session(page)
+    for _ in range(MAX_RETRIES + 1):
+        fake_llm.fail(500)
+
+    ask(page, "how many trees are there?")
+
+    expect(page.get_by_test_id("notice")).to_contain_text("The assistant ran into a problem")
+    expect(page.locator(".message.note")).to_have_count(1)
+    expect(page.get_by_role("button", name="Send")).to_be_enabled()
+    fake_llm.reply_text("Back again.")
+    ask(page, "hello?")
+    expect(last_answer(page)).to_contain_text("Back again.")
