@@ -89,9 +89,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 20,
         "transaction_mode": "IMMEDIATE",
     }
-    test_name = os.environ.get("GEOSENSE_TEST_DB")
-    if test_name:
-        DATABASES["default"]["TEST"] = {"NAME": test_name}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
