@@ -548,16 +548,19 @@ export function createAnnotationMap(element, { L = globalThis.L, fetch = globalT
     bar.setAttribute('aria-label', 'Select annotations on the map');
     const count = node('span', { className: 'gs-select-count', text: '0 selected', testid: 'map-select-count' });
     count.setAttribute('aria-live', 'polite');
-    bar.append(
-      node('p', { className: 'gs-select-prompt', text: prompt }),
+    const actions = node('div', { className: 'gs-select-actions' });
+    actions.append(
       count,
       button('Confirm', 'map-select-confirm', onConfirm),
       button('Cancel', 'map-select-cancel', onCancel),
     );
+    bar.append(node('p', { className: 'gs-select-prompt', text: prompt }), actions);
     L.DomEvent.disableClickPropagation(bar);
     L.DomEvent.disableScrollPropagation(bar);
-    element.appendChild(bar);
-    return { bar, count };
+    const control = L.control({ position: 'topleft' });
+    control.onAdd = () => bar;
+    control.addTo(map);
+    return { control, count };
   }
 
   /**
@@ -594,7 +597,7 @@ export function createAnnotationMap(element, { L = globalThis.L, fetch = globalT
           const picked = [...selected];
           selected.clear();
           for (const id of picked) restyle(id);
-          ui.bar.remove();
+          ui.control.remove();
           element.removeAttribute('data-selecting');
           resolve(result);
         },
