@@ -30,6 +30,7 @@ from .types import (
 )
 
 ORDERINGS = frozenset({"area_m2", "-area_m2", "length_m", "-length_m", "id"})
+ID_CHUNK = 900
 
 
 def _in_bbox(queryset: QuerySet[Annotation], bbox: BBox | None) -> QuerySet[Annotation]:
@@ -56,20 +57,38 @@ def annotation_list(
     order_by: str | None = None,
     limit: int | None = None,
 ) -> list[AnnotationSummary]:
+    """Live annotations as summaries, ordered by `order_by` (then id), at most `limit`.
+
+    Long id lists are read in chunks (SQLite caps the parameters of one statement) and
+    ordered here.
+    """
     if order_by is not None and order_by not in ORDERINGS:
         raise ValueError(f"order_by must be one of {sorted(ORDERINGS)}")
     queryset = _in_bbox(Annotation.objects.all(), bbox)
     if category is not None:
         queryset = queryset.filter(category=category)
-    if ids is not None:
-        queryset = queryset.filter(id__in=list(ids))
-    queryset = queryset.order_by(*([order_by, "id"] if order_by and order_by != "id" else ["id"]))
-    if limit is not None:
-        queryset = queryset[: max(limit, 0)]
+    fields = ("id", "category", "area_m2", "length_m", "attributes", "geometry")
+    ordering = [order_by, "id"] if order_by and order_by != "id" else ["id"]
+    if ids is None or len(ids) <= ID_CHUNK:
+        if ids is not None:
+            queryset = queryset.filter(id__in=list(ids))
+        queryset = queryset.order_by(*ordering)
+        if limit is not None:
+            queryset = queryset[: max(limit, 0)]
+        rows = list(queryset.values_list(*fields))
+    else:
+        wanted = sorted(set(ids))
+        rows = [
+            row
+            for start in range(0, len(wanted), ID_CHUNK)
+            for row in queryset.filter(id__in=wanted[start : start + ID_CHUNK]).values_list(*fields)
+        ]
+        column = {"area_m2": 2, "length_m": 3}.get((order_by or "id").lstrip("-"), 0)
+        rows.sort(key=lambda row: row[0])
+        rows.sort(key=lambda row: row[column], reverse=bool(order_by and order_by.startswith("-")))
+        rows = rows[: max(limit, 0)] if limit is not None else rows
     summaries = []
-    for pk, category_, area, length, attributes, geometry in queryset.values_list(
-        "id", "category", "area_m2", "length_m", "attributes", "geometry"
-    ):
+    for pk, category_, area, length, attributes, geometry in rows:
         centre = shape(geometry).centroid
         summaries.append(
             AnnotationSummary(

@@ -301,3 +301,13 @@ def test_within_distance_between_polygons_agrees_with_brute_force():
         if shed.id in pairs:
             assert abs(pairs[shed.id].distance_m - nearest) <= 0.005 * max(nearest, 1.0)
     assert len(pairs) > 5
+
+
+def test_annotation_list_takes_more_ids_than_one_sql_statement_can_hold():
+    first = annotation_create(category="pool", geometry=rectangle(LON, LAT, 3, 3))
+    second = annotation_create(category="pool", geometry=rectangle(LON, LAT, 5, 5))
+    many = [*range(first.id + 10_000, first.id + 45_000), second.id, first.id]
+
+    rows = annotation_list(ids=many, order_by="-area_m2", limit=5)
+
+    assert [r.id for r in rows] == [second.id, first.id]
