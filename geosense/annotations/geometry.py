@@ -103,10 +103,6 @@ class LocalProjection:
         lon, lat = self._inverse.transform(x, y)
         return np.asarray(lon), np.asarray(lat)
 
-    def to_xy(self, lon: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        x, y = self._forward.transform(lon, lat)
-        return np.asarray(x), np.asarray(y)
-
     def reach_m(self, lon: float, lat: float) -> float:
         """Geodesic distance of a point from the centre."""
         return float(GEOD.inv(self.lon, self.lat, lon, lat)[2])

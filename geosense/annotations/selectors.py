@@ -1,8 +1,9 @@
 """Reads over live annotations: counts, lists, spatial relations, measures, similarity.
 
-Spatial relations run on the in-process index (`index.py`); every distance they report is
-geodesic (pyproj's Geod between the nearest points), every share a ratio of measures in a
-local equidistant plane.
+Spatial relations run on the in-process index (`index.py`). Every distance they report is
+geodesic within 0.01 %: the index's equidistant plane where its distortion bound allows,
+pyproj's Geod between the nearest points elsewhere. Shares are ratios of measures in that
+plane (its distortion cancels out in a ratio).
 """
 
 from collections.abc import Sequence
