@@ -102,6 +102,30 @@ def message_store(
     return message
 
 
+def tool_calls_with_fresh_ids(
+    *, session_id: object, calls: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The step's calls, each with an id not used before in the session.
+
+    Some OpenAI-compatible servers number calls per response (`call_0` every time); a reused
+    id would make a new call look answered by an old result.
+    """
+    used: set[str] = set()
+    for tool_calls in Message.objects.filter(
+        session_id=session_id, role=Message.Role.ASSISTANT
+    ).values_list("tool_calls", flat=True):
+        used.update(call["id"] for call in tool_calls or [])
+    fresh = []
+    for call in calls:
+        call_id, n = call["id"] or "call", 1
+        while call_id in used:
+            n += 1
+            call_id = f"{call['id'] or 'call'}~{n}"
+        used.add(call_id)
+        fresh.append({**call, "id": call_id})
+    return fresh
+
+
 def tool_result_store(
     *,
     session_id: object,

@@ -343,7 +343,10 @@ class TurnRunner:
                 turn=self.turn,
                 role=Message.Role.ASSISTANT,
                 content=text,
-                tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
+                tool_calls=await db(services.tool_calls_with_fresh_ids)(
+                    session_id=self.session_id,
+                    calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
+                ),
             )
             if not calls:
                 await self.sink.emit(

@@ -133,10 +133,8 @@ def situation_read(history: list[dict[str, Any]], tools: list[dict[str, Any]]) -
         if m.get("role") == "tool"
     }
     steps: list[Step] = []
-    call_seq = 0
     for message in history[last_user + 1 :]:
         for call in message.get("tool_calls") or []:
-            call_seq += 1
             function = call["function"]
             if call["id"] in results:
                 steps.append(
@@ -154,7 +152,8 @@ def situation_read(history: list[dict[str, Any]], tools: list[dict[str, Any]]) -
         steps=steps,
         overview=overview_from_history(history),
         tools=names,
-        call_seq=call_seq + sum(1 for m in history if m.get("role") == "tool"),
+        # Every call of the session so far, so the next call id is new in the whole history.
+        call_seq=sum(len(m.get("tool_calls") or []) for m in history),
     )
 
 

@@ -306,3 +306,14 @@ async def test_what_is_near_me_uses_the_location_then_the_nearest_annotations(
     )
     assert f'<ref id="{house.id}" />' in final.message["content"]
     assert json.loads(json.dumps(final.of("backend_tool_call")))[0]["name"] == "nearest_annotations"
+
+
+async def test_a_second_turn_calls_the_tool_again_with_a_new_call_id(client, caller, neighbourhood):
+    await _register_location(caller)
+    granted = {"status": "GRANTED", "latitude": 51.5, "longitude": -0.12, "accuracy": 35, "timestamp": 1}
+    ids = []
+    for _ in range(2):
+        out = await ask(client, caller, "where am I?")
+        ids.append(out.message["pending_decision"]["tool_call"])
+        await answer_decision(client, caller, ids[-1], granted)
+    assert ids[0] != ids[1]

@@ -407,3 +407,21 @@ async def test_artifacts_are_served_to_their_owner_only(
     other = await asyncio.to_thread(make_caller, "eve")
     theirs = await client.get(path, headers={"Authorization": f"Bearer {other.token}"})
     assert theirs.status_code == 404
+
+
+async def test_a_call_id_the_model_reuses_in_a_later_turn_still_runs_and_gets_its_own_result(
+    client, trusted_caller, openai_agent, neighbourhood
+):
+    for text in ("first", "second"):
+        openai_agent.reply_tool_calls([("call_0", "list_classes", {})])
+        openai_agent.reply_text(f"{text} done")
+        out = await post_stream(
+            client,
+            trusted_caller.url("/message/stream"),
+            {"text": text},
+            token=trusted_caller.token,
+        )
+        assert out.of("backend_tool_call")[0]["ok"] is True
+    fed = openai_agent.requests[-1]["messages"]
+    assert history_is_valid(fed)
+    assert [m["tool_call_id"] for m in fed if m["role"] == "tool"] == ["call_0", "call_0~2"]
