@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 import shapely
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, TextField
+from django.db.models.functions import Cast
 from shapely.geometry import shape
 
 from .geometry import GEOD
@@ -65,10 +66,12 @@ def annotation_list(
     """
     if order_by is not None and order_by not in ORDERINGS:
         raise ValueError(f"order_by must be one of {sorted(ORDERINGS)}")
-    queryset = _in_bbox(Annotation.objects.all(), bbox)
+    # Geometries come as text and are parsed in one vectorised call (long lists are common:
+    # the ids of every pair of a within-distance answer).
+    queryset = _in_bbox(Annotation.objects.annotate(geometry_text=Cast("geometry", TextField())), bbox)
     if category is not None:
         queryset = queryset.filter(category=category)
-    fields = ("id", "category", "area_m2", "length_m", "attributes", "geometry")
+    fields = ("id", "category", "area_m2", "length_m", "attributes", "geometry_text")
     ordering = [order_by, "id"] if order_by and order_by != "id" else ["id"]
     if ids is None or len(ids) <= ID_CHUNK:
         if ids is not None:
@@ -88,21 +91,21 @@ def annotation_list(
         rows.sort(key=lambda row: row[0])
         rows.sort(key=lambda row: row[column], reverse=bool(order_by and order_by.startswith("-")))
         rows = rows[: max(limit, 0)] if limit is not None else rows
-    summaries = []
-    for pk, category_, area, length, attributes, geometry in rows:
-        centre = shape(geometry).centroid
-        summaries.append(
-            AnnotationSummary(
-                id=pk,
-                category=category_,
-                area_m2=area,
-                length_m=length,
-                attributes=attributes,
-                centroid_lat=centre.y,
-                centroid_lon=centre.x,
-            )
+    if not rows:
+        return []
+    centres = shapely.get_coordinates(shapely.centroid(shapely.from_geojson([row[5] for row in rows]))).tolist()
+    return [
+        AnnotationSummary(
+            id=pk,
+            category=category_,
+            area_m2=area,
+            length_m=length,
+            attributes=attributes,
+            centroid_lat=lat,
+            centroid_lon=lon,
         )
-    return summaries
+        for (pk, category_, area, length, attributes, _), (lon, lat) in zip(rows, centres, strict=True)
+    ]
 
 
 def annotation_measures(*, annotation_id: int) -> AnnotationMeasures:
