@@ -138,19 +138,19 @@ def spatial_relation(context: ToolContext, arguments: dict[str, Any]) -> dict[st
         distance = arguments.get("distance_m")
         if distance is None:
             raise ToolError("within_distance needs distance_m (metres).")
-        pairs = selectors.annotations_within_distance(
+        sources, targets, metres = selectors.annotations_within_distance_arrays(
             source=source, target=target, distance_m=float(distance), bbox=bbox
         )
-        values = [round(p.distance_m, 2) for p in pairs]
+        ids, links = sources.tolist(), targets.tolist()
+        values = [round(v, 2) for v in metres.tolist()]
         link_type = "distance"
-        links = [p.target_id for p in pairs]
     else:
         pairs = selectors.annotations_overlapping(source=source, target=target, bbox=bbox)
+        ids = [p.source_id for p in pairs]
+        links = [p.target_id for p in pairs]
         values = [round(p.share, 4) for p in pairs]
         link_type = "overlap"
-        links = [p.target_id for p in pairs]
-    ids = [p.source_id for p in pairs]
-    areas = {row.id: row.area_m2 for row in selectors.annotation_list(ids=ids)} if ids else {}
+    areas = selectors.annotation_areas(ids=ids) if ids else {}
     data = {
         "ids": ids,
         "links": links,

@@ -41,7 +41,10 @@ def _in_bbox(queryset: QuerySet[Annotation], bbox: BBox | None) -> QuerySet[Anno
         return queryset
     min_lon, min_lat, max_lon, max_lat = bbox
     return queryset.filter(
-        Q(min_lon__lte=max_lon) & Q(max_lon__gte=min_lon) & Q(min_lat__lte=max_lat) & Q(max_lat__gte=min_lat)
+        Q(min_lon__lte=max_lon)
+        & Q(max_lon__gte=min_lon)
+        & Q(min_lat__lte=max_lat)
+        & Q(max_lat__gte=min_lat)
     )
 
 
@@ -49,6 +52,18 @@ def annotation_counts(*, bbox: BBox | None = None) -> dict[str, int]:
     """Live annotations per class."""
     rows = _in_bbox(Annotation.objects.all(), bbox).values("category").annotate(n=Count("id"))
     return {row["category"]: row["n"] for row in rows.order_by("category")}
+
+
+def annotation_areas(*, ids: Sequence[int]) -> dict[int, float]:
+    """id → geodesic area of live annotations, for attributes of large answers (no geometry read)."""
+    wanted = sorted(set(ids))
+    return {
+        pk: area
+        for start in range(0, len(wanted), ID_CHUNK)
+        for pk, area in Annotation.objects.filter(
+            id__in=wanted[start : start + ID_CHUNK]
+        ).values_list("id", "area_m2")
+    }
 
 
 def annotation_list(
@@ -68,7 +83,9 @@ def annotation_list(
         raise ValueError(f"order_by must be one of {sorted(ORDERINGS)}")
     # Geometries come as text and are parsed in one vectorised call (long lists are common:
     # the ids of every pair of a within-distance answer).
-    queryset = _in_bbox(Annotation.objects.annotate(geometry_text=Cast("geometry", TextField())), bbox)
+    queryset = _in_bbox(
+        Annotation.objects.annotate(geometry_text=Cast("geometry", TextField())), bbox
+    )
     if category is not None:
         queryset = queryset.filter(category=category)
     fields = ("id", "category", "area_m2", "length_m", "attributes", "geometry_text")
@@ -93,7 +110,9 @@ def annotation_list(
         rows = rows[: max(limit, 0)] if limit is not None else rows
     if not rows:
         return []
-    centres = shapely.get_coordinates(shapely.centroid(shapely.from_geojson([row[5] for row in rows]))).tolist()
+    centres = shapely.get_coordinates(
+        shapely.centroid(shapely.from_geojson([row[5] for row in rows]))
+    ).tolist()
     return [
         AnnotationSummary(
             id=pk,
@@ -104,7 +123,9 @@ def annotation_list(
             centroid_lat=lat,
             centroid_lon=lon,
         )
-        for (pk, category_, area, length, attributes, _), (lon, lat) in zip(rows, centres, strict=True)
+        for (pk, category_, area, length, attributes, _), (lon, lat) in zip(
+            rows, centres, strict=True
+        )
     ]
 
 
@@ -285,7 +306,13 @@ def annotations_nearest(
 
 
 def _nearest_in_class(
-    index: SpatialIndex, class_index: ClassIndex, point: shapely.Point, *, lon: float, lat: float, k: int
+    index: SpatialIndex,
+    class_index: ClassIndex,
+    point: shapely.Point,
+    *,
+    lon: float,
+    lat: float,
+    k: int,
 ) -> list[NearestHit]:
     """Grow a search radius until it holds k candidates, then widen it once by the projection's
     distortion bound so that no geodesically nearer annotation is left outside."""
@@ -298,13 +325,19 @@ def _nearest_in_class(
         radius *= 4
     metres = _distances_from(index, lon, lat, class_index.geoms[candidates])
     if len(metres):
-        reach = index.search_distance(float(np.sort(metres)[min(k, len(metres)) - 1]), lon=lon, lat=lat)
+        reach = index.search_distance(
+            float(np.sort(metres)[min(k, len(metres)) - 1]), lon=lon, lat=lat
+        )
         if reach > radius:
             candidates = class_index.tree.query(point, predicate="dwithin", distance=reach)
             metres = _distances_from(index, lon, lat, class_index.geoms[candidates])
     order = np.lexsort((class_index.ids[candidates], metres))[:k]
     return [
-        NearestHit(id=int(class_index.ids[candidates[i]]), category=class_index.category, distance_m=float(metres[i]))
+        NearestHit(
+            id=int(class_index.ids[candidates[i]]),
+            category=class_index.category,
+            distance_m=float(metres[i]),
+        )
         for i in order
     ]
 
@@ -315,7 +348,9 @@ def _distances_from(index: SpatialIndex, lon: float, lat: float, geoms: np.ndarr
     point = index.projection.project(np.array([shapely.Point(lon, lat)], dtype=object))[0]
     ends = shapely.get_coordinates(shapely.shortest_line(point, geoms)).reshape(-1, 2, 2)
     near_lon, near_lat = index.projection.to_lonlat(ends[:, 1, 0], ends[:, 1, 1])
-    metres = np.asarray(GEOD.inv(np.full(len(geoms), lon), np.full(len(geoms), lat), near_lon, near_lat)[2])
+    metres = np.asarray(
+        GEOD.inv(np.full(len(geoms), lon), np.full(len(geoms), lat), near_lon, near_lat)[2]
+    )
     return np.where(shapely.intersects(point, geoms), 0.0, metres)
 
 
@@ -343,7 +378,11 @@ def annotations_similar(
     wanted: list[tuple[str, np.ndarray]] = []
     for sample_id, name in samples:
         vector_name = name or DEFAULT_VECTOR
-        vector = rows[int(sample_id)][1].get(vector_name) if isinstance(rows[int(sample_id)][1], dict) else None
+        vector = (
+            rows[int(sample_id)][1].get(vector_name)
+            if isinstance(rows[int(sample_id)][1], dict)
+            else None
+        )
         if not isinstance(vector, list) or not vector:
             raise VectorNotFound(f"annotation {sample_id} has no {vector_name!r} vector")
         wanted.append((vector_name, np.asarray(vector, dtype=float)))
@@ -365,6 +404,10 @@ def annotations_similar(
         positions, scores = positions[top], scores[top]
     order = np.lexsort((class_index.ids[positions], -scores))
     return [
-        SimilarHit(id=int(class_index.ids[positions[i]]), category=category, score=round(float(scores[i]), 6))
+        SimilarHit(
+            id=int(class_index.ids[positions[i]]),
+            category=category,
+            score=round(float(scores[i]), 6),
+        )
         for i in order
     ]
