@@ -218,39 +218,25 @@ def decision_create(
 def pauses_set_aside(*, session_id: object) -> int:
     """A new user message sets every open pause aside; each paused call gets its result."""
     count = 0
+    now = timezone.now()
+    pauses = ((Approval, "tool_name", "decided_at"), (PendingDecision, "name", "answered_at"))
     with transaction.atomic():
-        for approval in Approval.objects.filter(
-            session_id=session_id, status=Approval.Status.PENDING
-        ):
-            changed = Approval.objects.filter(
-                pk=approval.pk, status=Approval.Status.PENDING
-            ).update(status=Approval.Status.SET_ASIDE, decided_at=timezone.now())
-            if changed:
-                tool_result_store(
-                    session_id=session_id,
-                    turn=approval.message.turn,
-                    tool_call_id=approval.tool_call_id,
-                    tool_name=approval.tool_name,
-                    content={"error": SET_ASIDE_RESULT},
-                    is_error=True,
-                )
-                count += 1
-        for decision in PendingDecision.objects.filter(
-            session_id=session_id, status=PendingDecision.Status.PENDING
-        ):
-            changed = PendingDecision.objects.filter(
-                pk=decision.pk, status=PendingDecision.Status.PENDING
-            ).update(status=PendingDecision.Status.SET_ASIDE, answered_at=timezone.now())
-            if changed:
-                tool_result_store(
-                    session_id=session_id,
-                    turn=decision.message.turn,
-                    tool_call_id=decision.tool_call_id,
-                    tool_name=decision.name,
-                    content={"error": SET_ASIDE_RESULT},
-                    is_error=True,
-                )
-                count += 1
+        for model, name_field, time_field in pauses:
+            for pause in model.objects.filter(
+                session_id=session_id, status="pending"
+            ).select_related("message"):
+                if model.objects.filter(pk=pause.pk, status="pending").update(
+                    status="set_aside", **{time_field: now}
+                ):
+                    tool_result_store(
+                        session_id=session_id,
+                        turn=pause.message.turn,
+                        tool_call_id=pause.tool_call_id,
+                        tool_name=getattr(pause, name_field),
+                        content={"error": SET_ASIDE_RESULT},
+                        is_error=True,
+                    )
+                    count += 1
     return count
 
 

@@ -32,6 +32,7 @@ from tools.registry import (
     backend_tool,
     backend_tool_run,
     backend_tools,
+    refusal,
 )
 from tools.schemas import arguments_decode, validation_error
 
@@ -314,13 +315,11 @@ class TurnRunner:
             await self._store_and_report(
                 call,
                 approval.arguments,
-                ToolRun(ok=False, content={"error": outcome.shortfall.for_model}),
+                refusal(outcome.shortfall.for_model),
             )
             await self.sink.emit("error", {"message": outcome.shortfall.for_user})
         elif approval.status != "approved" or tool is None:
-            await self._store_and_report(
-                call, approval.arguments, ToolRun(ok=False, content={"error": DECLINED_RESULT})
-            )
+            await self._store_and_report(call, approval.arguments, refusal(DECLINED_RESULT))
         else:
             run = await backend_tool_run(
                 tool=tool, arguments=approval.arguments, context=self._tool_context()
@@ -403,9 +402,7 @@ class TurnRunner:
                 await self._store_and_report(
                     call,
                     {},
-                    ToolRun(
-                        ok=False, content={"error": f"Invalid arguments for {call['name']}: {exc}."}
-                    ),
+                    refusal(f"Invalid arguments for {call['name']}: {exc}."),
                 )
                 continue
             tool = backend_tool(call["name"])
@@ -417,9 +414,7 @@ class TurnRunner:
                 outcome = await self._store_and_report(
                     call,
                     arguments,
-                    ToolRun(
-                        ok=False, content={"error": f"There is no tool named {call['name']!r}."}
-                    ),
+                    refusal(f"There is no tool named {call['name']!r}."),
                 )
             if outcome is PAUSED:
                 await self.sink.emit(
@@ -459,12 +454,7 @@ class TurnRunner:
             return await self._store_and_report(
                 call,
                 arguments,
-                ToolRun(
-                    ok=False,
-                    content={
-                        "error": f"Invalid arguments for {tool.name}: {problem}. Fix them and call again."
-                    },
-                ),
+                refusal(f"Invalid arguments for {tool.name}: {problem}. Fix them and call again."),
             )
         session = await db(ChatSession.objects.get)(pk=self.session_id)
         reasons = approvals.approval_reasons(
@@ -472,9 +462,7 @@ class TurnRunner:
         )
         shortfall = await db(approvals.credits_shortfall)(user=self.prepared.user, tool=tool)
         if shortfall is not None:
-            await self._store_and_report(
-                call, arguments, ToolRun(ok=False, content={"error": shortfall.for_model})
-            )
+            await self._store_and_report(call, arguments, refusal(shortfall.for_model))
             await self.sink.emit("error", {"message": shortfall.for_user})
             return None
         if reasons:
@@ -509,11 +497,8 @@ class TurnRunner:
             return await self._store_and_report(
                 call,
                 arguments,
-                ToolRun(
-                    ok=False,
-                    content={
-                        "error": f"{tool.name} was already answered {answered} times in this turn. Stop calling it and answer with what you have."
-                    },
+                refusal(
+                    f"{tool.name} was already answered {answered} times in this turn. Stop calling it and answer with what you have."
                 ),
             )
         problem = validation_error(schema=tool.arguments, value=arguments)
@@ -521,11 +506,8 @@ class TurnRunner:
             return await self._store_and_report(
                 call,
                 arguments,
-                ToolRun(
-                    ok=False,
-                    content={
-                        "error": f"Invalid arguments for {tool.name}: {problem}. Nothing was sent to the client."
-                    },
+                refusal(
+                    f"Invalid arguments for {tool.name}: {problem}. Nothing was sent to the client."
                 ),
             )
         if tool.kind == "one-way":
@@ -608,16 +590,14 @@ class TurnRunner:
             for call in calls:
                 tool = by_name.get(call.name)
                 if tool is None:
-                    run = ToolRun(
-                        ok=False, content={"error": f"{call.name} is not available to a sub-agent."}
-                    )
+                    run = refusal(f"{call.name} is not available to a sub-agent.")
                 else:
                     try:
                         run = await backend_tool_run(
                             tool=tool, arguments=arguments_decode(call.arguments), context=context
                         )
                     except ValueError as exc:
-                        run = ToolRun(ok=False, content={"error": str(exc)})
+                        run = refusal(str(exc))
                 history.append(
                     {"role": "tool", "tool_call_id": call.id, "content": _json_text(run.content)}
                 )
