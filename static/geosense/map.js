@@ -617,8 +617,6 @@ export function createAnnotationMap(element, { L = globalThis.L, fetch = globalT
       return done ? true : api.loaded;
     },
     highlightedIds: () => [...highlighted].sort((a, b) => a - b),
-    selectedIds: () => [...selected].sort((a, b) => a - b),
-    classes: () => [...classes.keys()].sort(),
     visibleClasses,
     setClassVisible,
     highlight,
