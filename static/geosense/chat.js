@@ -570,7 +570,10 @@ export function createChat({
     card.dataset.busy = 'true';
     button.disabled = true;
     await mapReady();
-    const result = await tool.answer({ prompt: card.dataset.prompt || undefined });
+    const result = await tool.answer({
+      prompt: card.dataset.prompt || undefined,
+      class: card.dataset.class || undefined,
+    });
     const holder = card.closest('.message[data-message-id]');
     await resume(
       { tool_call: card.dataset.toolCall, result },

@@ -12,16 +12,17 @@ import { SOCKET_STATES, createSessionSocket } from './socket.js';
 const map = createAnnotationMap(document.getElementById('map'));
 window.geosenseMap = map;
 
-const badge = document.getElementById('connection-state');
-let tools = [];
-let chat = null;
+// One location service per page: it survives session switches, so a request still open
+// (a card nobody answered yet) is joined, never doubled. Its card goes into the transcript
+// on screen when it is asked for.
+const location = createLocationService({
+  askPermission: () => createLocationCard({ container: document.getElementById('transcript') })(),
+});
+window.geosenseLocation = location;
+const tools = pageClientTools({ map, location });
 
-function toolsFor(panel) {
-  const location = createLocationService({
-    askPermission: createLocationCard({ container: panel.querySelector('#transcript') }),
-  });
-  return pageClientTools({ map, location });
-}
+const badge = document.getElementById('connection-state');
+let chat = null;
 
 function showState(state) {
   badge.dataset.state = state;
@@ -43,7 +44,6 @@ function refreshSessionList(sessionId) {
 
 function mount(panel) {
   panel.dataset.mounted = 'true';
-  tools = toolsFor(panel);
   chat = createChat({
     panel,
     map,
