@@ -144,11 +144,22 @@ async def test_rejecting_tells_the_model_and_leaves_the_annotation_in_place(
     assert await asyncio.to_thread(credit_balance, user=trusted_caller.user) == 100
 
 
-async def test_an_approved_deletion_is_soft_and_restorable(
+def _restore_in_admin(annotation_id: int) -> int:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    admin = get_user_model().objects.create_superuser("root", "root@example.com", "pw")
+    browser = Client()
+    browser.force_login(admin)
+    response = browser.post(
+        "/admin/annotations/annotation/", {"action": "restore", "_selected_action": [annotation_id]}
+    )
+    return response.status_code
+
+
+async def test_an_approved_deletion_is_soft_and_restored_in_the_admin(
     client, trusted_caller, openai_agent, neighbourhood
 ):
-    from geosense.annotations.services import annotations_restore
-
     target = await _live_id()
     _, pending = await _pause(
         client, trusted_caller, openai_agent, ("delete_annotations", {"ids": [target]})
@@ -157,7 +168,7 @@ async def test_an_approved_deletion_is_soft_and_restorable(
     await _resume(client, trusted_caller, pending["id"], "approve")
     assert not await Annotation.objects.filter(pk=target).aexists()
     assert await Annotation.all_objects.filter(pk=target, deleted_at__isnull=False).aexists()
-    await asyncio.to_thread(annotations_restore, ids=[target])
+    assert await asyncio.to_thread(_restore_in_admin, target) == 302
     assert await Annotation.objects.filter(pk=target).aexists()
 
 
