@@ -182,6 +182,12 @@ class _Handler(BaseHTTPRequestHandler):
         model = {"id": MODEL, "object": "model", "created": 0, "owned_by": "geosense-tests"}
         self._json(HTTPStatus.OK, {"object": "list", "data": [model]})
 
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client closed a kept-alive connection: nothing to answer
+
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
