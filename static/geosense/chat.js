@@ -93,6 +93,11 @@ export function createChat({
   let sessionId = panel.dataset.sessionId || null;
   let streaming = false; // this tab follows its own turn over SSE
   let socketTurn = null; // {turn, own}: the turn the socket's events belong to
+  // Turns this tab followed over SSE whose copy on the socket has not started yet: the socket
+  // relays the same events, sometimes after the stream has already ended.
+  const ownEchoes = [];
+  // Turns whose socket copy started before this tab's own stream said turn_start.
+  const echoedEarly = [];
   const live = { turn: null, bubble: null, raw: '', log: null };
   const seenMessages = new Set(
     [...transcript.querySelectorAll('.message[data-message-id]')].map((m) => m.dataset.messageId),
@@ -392,7 +397,12 @@ export function createChat({
           } catch {
             return;
           }
-          if (name === 'turn_start') started = true;
+          if (name === 'turn_start') {
+            started = true;
+            const early = echoedEarly.indexOf(data.turn);
+            if (early !== -1) echoedEarly.splice(early, 1);
+            else ownEchoes.push(data.turn);
+          }
           handleEvent(name, data);
           if (name === 'turn_end') finish();
         });
@@ -669,9 +679,24 @@ export function createChat({
     },
     /** A live event of the bound session from the socket; other tabs' turns are shown here. */
     onSocketEvent(name, data) {
-      if (name === 'turn_start') socketTurn = { turn: data.turn, own: streaming };
-      const own = socketTurn ? socketTurn.own : streaming;
-      if (name === 'turn_end') socketTurn = null;
+      if (name === 'turn_start') {
+        // Echoes that never came (the socket was away during that stream) are older turns.
+        while (ownEchoes.length && ownEchoes[0] < data.turn) ownEchoes.shift();
+        let own = ownEchoes[0] === data.turn;
+        if (own) ownEchoes.shift();
+        else if (streaming) {
+          // The socket's copy overtook this tab's own stream: skip it, and its echo later.
+          own = true;
+          echoedEarly.push(data.turn);
+        }
+        socketTurn = { turn: data.turn, own };
+      }
+      // Bound in the middle of a turn (no turn_start seen): it is this tab's if it streams one.
+      const own = socketTurn ? socketTurn.own : streaming || ownEchoes.length > 0;
+      if (name === 'turn_end') {
+        if (!socketTurn) ownEchoes.length = 0;
+        socketTurn = null;
+      }
       if (!own) handleEvent(name, data);
     },
     /**

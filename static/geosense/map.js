@@ -345,6 +345,30 @@ export function createAnnotationMap(element, { L = globalThis.L, fetch = globalT
     map.fitBounds(bounds, FIT_OPTIONS);
   }
 
+  /**
+   * Hide the link labels that would cover one already shown, so a dense highlight stays
+   * readable; zooming in shows more of them. A grid of screen cells keeps this linear.
+   */
+  function declutterLabels() {
+    const cell = 64;
+    const grid = new Map();
+    const overlaps = (a, b) => !(a.right < b.left || a.left > b.right || a.bottom < b.top || a.top > b.bottom);
+    for (const el of map.getContainer().querySelectorAll('.gs-link-label')) {
+      el.classList.remove('gs-label-hidden');
+      const box = el.getBoundingClientRect();
+      const keys = [];
+      for (let x = Math.floor(box.left / cell); x <= Math.floor(box.right / cell); x += 1) {
+        for (let y = Math.floor(box.top / cell); y <= Math.floor(box.bottom / cell); y += 1) keys.push(`${x},${y}`);
+      }
+      if (keys.some((key) => (grid.get(key) || []).some((other) => overlaps(box, other)))) {
+        el.classList.add('gs-label-hidden');
+        continue;
+      }
+      for (const key of keys) grid.set(key, [...(grid.get(key) || []), box]);
+    }
+  }
+  map.on('zoomend', declutterLabels);
+
   /** Undo the current highlight: features, link lines and labels, and the highlight bar. */
   function clearHighlight() {
     const touched = [...highlighted, ...linkTargets];
@@ -429,6 +453,7 @@ export function createAnnotationMap(element, { L = globalThis.L, fetch = globalT
     for (const id of [...linkTargets, ...highlighted]) restyle(id);
     highlightBar = highlightBarControl(shown.length, missing, overall).addTo(map);
     fit([...highlighted, ...linkTargets]);
+    declutterLabels();
     return { shown, missing };
   }
 
