@@ -37,17 +37,17 @@ export function createLocationCard({ container, document = globalThis.document }
     cardCount += 1;
     const headingId = `location-card-heading-${cardCount}`;
 
-    const card = element(document, 'section', { testid: 'location-card', className: 'location-card' });
+    const card = element(document, 'section', { testid: 'location-card', className: 'card location-card' });
     card.setAttribute('role', 'region');
     card.setAttribute('aria-labelledby', headingId);
-    const heading = element(document, 'h3', { text: 'Share your location?' });
+    const heading = element(document, 'h3', { text: 'Share your location?', className: 'card-title' });
     heading.setAttribute('id', headingId);
     const text = element(document, 'p', {
       text: 'The assistant would like to use your location to answer your question.',
     });
-    const actions = element(document, 'div', { className: 'location-card-actions' });
-    const allow = element(document, 'button', { text: 'Allow', testid: 'location-allow' });
-    const deny = element(document, 'button', { text: 'Not now', testid: 'location-deny' });
+    const actions = element(document, 'div', { className: 'card-actions location-card-actions' });
+    const allow = element(document, 'button', { text: 'Allow', testid: 'location-allow', className: 'primary-button' });
+    const deny = element(document, 'button', { text: 'Not now', testid: 'location-deny', className: 'secondary-button' });
     const status = element(document, 'p', { testid: 'location-status', className: 'location-card-status' });
     status.setAttribute('role', 'status');
     status.setAttribute('aria-live', 'polite');
