@@ -10,8 +10,13 @@ from geosense.accounts.services import InsufficientCredits, credit_balance, cred
 from tools.registry import BackendTool
 
 from .models import Approval, ChatSession
+from .services import tool_result_store
 
 Reason = Literal["backend_access", "credits", "destructive"]
+
+DECLINED_RESULT = (
+    "The user declined this call; it did not run. Do not call it again unless the user asks."
+)
 Decision = Literal["approve", "reject"]
 
 
@@ -79,8 +84,18 @@ def approval_decide(
         ).update(status=status, decided_by=user, decided_at=timezone.now())
         if not changed:
             raise ApprovalConflict("approval already decided")
-        approval = Approval.objects.select_related("session").get(pk=approval_id)
+        approval = Approval.objects.select_related("session", "message").get(pk=approval_id)
         shortfall = None
+        if status == Approval.Status.REJECTED:
+            # The call's wait ends here, so its result is written in the same transaction.
+            tool_result_store(
+                session_id=session_id,
+                turn=approval.message.turn,
+                tool_call_id=approval.tool_call_id,
+                tool_name=approval.tool_name,
+                content={"error": DECLINED_RESULT},
+                is_error=True,
+            )
         if status == Approval.Status.APPROVED:
             if "backend_access" in approval.reasons:
                 ChatSession.objects.filter(pk=session_id).update(allow_backend_tools=True)

@@ -49,9 +49,6 @@ MAX_STEPS = 8
 SUBTURN_MAX_STEPS = 4
 CLIENT_TOOL_ANSWER_LIMIT = 3
 CONTEXT_TYPES = frozenset({"visibility", "position", "image", "selection"})
-DECLINED_RESULT = (
-    "The user declined this call; it did not run. Do not call it again unless the user asks."
-)
 
 db = sync_to_async  # ORM work runs in the thread pool, never on the event loop
 
@@ -319,7 +316,9 @@ class TurnRunner:
             )
             await self.sink.emit("error", {"message": outcome.shortfall.for_user})
         elif approval.status != "approved" or tool is None:
-            await self._store_and_report(call, approval.arguments, refusal(DECLINED_RESULT))
+            await self._store_and_report(
+                call, approval.arguments, refusal(approvals.DECLINED_RESULT)
+            )
         else:
             run = await backend_tool_run(
                 tool=tool, arguments=approval.arguments, context=self._tool_context()

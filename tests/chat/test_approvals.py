@@ -304,3 +304,22 @@ async def test_a_balance_spent_while_the_approval_waited_refuses_on_approve(
     assert await asyncio.to_thread(credit_balance, user=trusted_caller.user) == 2
     assert not await CreditCharge.objects.aexists()
     assert await asyncio.to_thread(stored_history_is_valid, trusted_caller.session.pk)
+
+
+async def test_a_rejection_stores_the_calls_result_with_the_decision(
+    client, trusted_caller, openai_agent, neighbourhood
+):
+    """If the process dies right after the decision, the history is still valid to send."""
+    from chat.approvals import approval_decide
+
+    _, pending = await _pause(client, trusted_caller, openai_agent, SIMILAR)
+    await asyncio.to_thread(
+        approval_decide,
+        session_id=trusted_caller.session.pk,
+        approval_id=pending["id"],
+        decision="reject",
+        user=trusted_caller.user,
+    )
+    result = await Message.objects.aget(role="tool", tool_call_id="call_1")
+    assert result.is_error and "declined" in result.content
+    assert await asyncio.to_thread(stored_history_is_valid, trusted_caller.session.pk)
