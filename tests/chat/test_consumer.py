@@ -18,33 +18,11 @@ from chat.events import GROUP_TURN_EVENT, session_group
 from chat.models import ChatSession
 from geosense.accounts.services import api_token_create
 from geosense.asgi import application
+from tests.client_tools import FOCUS, LOCATION
 from tools.client import client_tool_request, client_toolset_of_session
 from tools.models import ClientToolRegistration
 
 BACKEND_NAMES = frozenset({"list_classes", "query_annotations", "measure"})
-
-LOCATION = {
-    "kind": "blocking",
-    "name": "location_get",
-    "description": "The user's position.",
-    "arguments": {"type": "object", "properties": {}, "additionalProperties": False},
-    "result": {
-        "type": "object",
-        "properties": {"status": {"type": "string"}, "accuracy": {"type": "number"}},
-        "required": ["status"],
-    },
-    "serve": True,
-}
-FOCUS = {
-    "kind": "one-way",
-    "name": "map_focus",
-    "description": "Pan and zoom the map to annotations.",
-    "arguments": {
-        "type": "object",
-        "properties": {"ids": {"type": "array", "items": {"type": "integer"}}},
-        "required": ["ids"],
-    },
-}
 
 
 @dataclass

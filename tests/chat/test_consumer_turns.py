@@ -11,42 +11,9 @@ from channels.testing import WebsocketCommunicator
 from chat.models import ChatSession
 from geosense.asgi import application
 from tests.chat.helpers import post_stream
+from tests.client_tools import FOCUS, LOCATION, PICK
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
-
-LOCATION = {
-    "kind": "blocking",
-    "name": "location_get",
-    "description": "The user's position; accuracy is a radius in metres.",
-    "arguments": {"type": "object", "properties": {}, "additionalProperties": False},
-    "result": {
-        "type": "object",
-        "properties": {"status": {"type": "string"}, "accuracy": {"type": "number"}},
-        "required": ["status"],
-    },
-    "serve": True,
-}
-FOCUS = {
-    "kind": "one-way",
-    "name": "map_focus",
-    "description": "Pan and zoom the map to annotations.",
-    "arguments": {
-        "type": "object",
-        "properties": {"ids": {"type": "array", "items": {"type": "integer"}}},
-        "required": ["ids"],
-    },
-}
-PICK = {
-    "kind": "blocking",
-    "name": "map_select",
-    "description": "The user picks annotations on the map and confirms.",
-    "arguments": {"type": "object", "properties": {"prompt": {"type": "string"}}},
-    "result": {
-        "type": "object",
-        "properties": {"ids": {"type": "array", "items": {"type": "integer"}}},
-        "required": ["ids"],
-    },
-}
 
 
 async def tab(caller, tools: list[dict] | None = None) -> WebsocketCommunicator:

@@ -8,6 +8,7 @@ from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 
 from chat.models import ChatSession
+from tests.client_tools import PICK
 from tools.client import (
     CLIENT_TOOL_ANSWER,
     CLIENT_TOOL_FORGET,
@@ -21,17 +22,6 @@ from tools.client import (
     client_toolset_of_session,
 )
 
-PICK = {
-    "kind": "blocking",
-    "name": "map_select",
-    "description": "The user picks annotations on the map and confirms.",
-    "arguments": {"type": "object", "properties": {"prompt": {"type": "string"}}},
-    "result": {
-        "type": "object",
-        "properties": {"ids": {"type": "array", "items": {"type": "integer"}}},
-        "required": ["ids"],
-    },
-}
 SHOW = {
     "kind": "one-way",
     "name": "map_focus",
