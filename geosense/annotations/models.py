@@ -3,7 +3,6 @@
 import uuid
 
 from django.db import models
-from django.utils import timezone
 
 
 class LiveAnnotationManager(models.Manager):
@@ -46,14 +45,6 @@ class Annotation(models.Model):
     @property
     def is_deleted(self) -> bool:
         return self.deleted_at is not None
-
-    def soft_delete(self) -> None:
-        self.deleted_at = timezone.now()
-        self.save(update_fields=["deleted_at", "updated"])
-
-    def restore(self) -> None:
-        self.deleted_at = None
-        self.save(update_fields=["deleted_at", "updated"])
 
 
 class AnnotationRevision(models.Model):
