@@ -3,10 +3,9 @@
     .venv/bin/python bench/spatial.py [--annotations 200000] [--runs 9] [--sample 400]
 
 - within-distance, "trees within 20 m of a house": the service
-  (`annotations_within_distance`, warm index; also its array form, without one result object
-  per pair) against a bare shapely
+  (`annotations_within_distance`, warm index) against a bare shapely
   `STRtree.query(trees, predicate="dwithin", distance=20)` on the same projected geometries
-  (pairs only: no nearest target, no distances, no result objects), and against a brute-force
+  (pairs only: no nearest target, no distances), the two timed in alternation, and against a brute-force
   loop (every tree against every house, `shapely.distance` vectorised over the houses) timed on
   a random sample of trees and scaled to all of them; the sample also checks that service and
   brute force agree.
@@ -43,6 +42,20 @@ def timed(fn: Callable[[], object], runs: int) -> tuple[float, float, object]:
     return statistics.median(walls), statistics.median(cpus), result
 
 
+def timed_alternately(
+    first: Callable[[], object], second: Callable[[], object], runs: int
+) -> tuple[tuple[float, float, object], tuple[float, float, object]]:
+    """`timed` for two functions run turn about, so that neither profits from a quieter moment."""
+    a: list[tuple[float, float, object]] = []
+    b: list[tuple[float, float, object]] = []
+    for _ in range(runs):
+        a.append(timed(first, 1))
+        b.append(timed(second, 1))
+    return tuple(  # type: ignore[return-value]
+        (statistics.median(t[0] for t in r), statistics.median(t[1] for t in r), r[-1][2]) for r in (a, b)
+    )
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:,.1f} ms"
 
@@ -77,7 +90,7 @@ def main() -> None:
     counts = selectors.annotation_counts()
     print(f"seeded {report.created:,} annotations in {seed_s:.1f} s: {counts}")
 
-    def service() -> list:
+    def service():
         return selectors.annotations_within_distance(source="tree", target="house", distance_m=20)
 
     started = time.perf_counter()
@@ -89,15 +102,9 @@ def main() -> None:
     def bare():
         return houses.tree.query(trees.geoms, predicate="dwithin", distance=20)
 
-    def service_arrays():
-        return selectors.annotations_within_distance_arrays(source="tree", target="house", distance_m=20)
-
-    service_wall, service_cpu, pairs = timed(service, args.runs)
-    arrays_wall, arrays_cpu, _ = timed(service_arrays, args.runs)
-    bare_wall, bare_cpu, bare_pairs = timed(bare, args.runs)
-    # Again, so that neither side profits from running while the machine was quieter.
-    service_wall2, service_cpu2, _ = timed(service, args.runs)
-    service_wall, service_cpu = min(service_wall, service_wall2), min(service_cpu, service_cpu2)
+    (service_wall, service_cpu, pairs), (bare_wall, bare_cpu, bare_pairs) = timed_alternately(
+        service, bare, args.runs
+    )
 
     rng = np.random.default_rng(0)
     sample = rng.choice(len(trees.ids), size=min(args.sample, len(trees.ids)), replace=False)
@@ -159,8 +166,6 @@ def main() -> None:
     print("|---|---|---|---|")
     print(f"| service `annotations_within_distance` (warm) | {ms(service_wall)} | {ms(service_cpu)} | "
           f"{service_wall / bare_wall:.2f}× / {service_cpu / bare_cpu:.2f}× |")
-    print(f"| the same as arrays `annotations_within_distance_arrays` (warm) | {ms(arrays_wall)} | "
-          f"{ms(arrays_cpu)} | {arrays_wall / bare_wall:.2f}× / {arrays_cpu / bare_cpu:.2f}× |")
     print(f"| bare `STRtree.query(..., predicate='dwithin')` | {ms(bare_wall)} | {ms(bare_cpu)} | 1× |")
     print(f"| brute-force loop ({len(sample)} trees, scaled ×{scale:,.0f}) | {ms(brute_wall * scale)} | "
           f"{ms(brute_cpu * scale)} | {brute_wall * scale / bare_wall:,.0f}× |")

@@ -138,11 +138,11 @@ def spatial_relation(context: ToolContext, arguments: dict[str, Any]) -> dict[st
         distance = arguments.get("distance_m")
         if distance is None:
             raise ToolError("within_distance needs distance_m (metres).")
-        sources, targets, metres = selectors.annotations_within_distance_arrays(
+        within = selectors.annotations_within_distance(
             source=source, target=target, distance_m=float(distance), bbox=bbox
         )
-        ids, links = sources.tolist(), targets.tolist()
-        values = [round(v, 2) for v in metres.tolist()]
+        ids, links = within.source_ids.tolist(), within.target_ids.tolist()
+        values = [round(v, 2) for v in within.distances_m.tolist()]
         link_type = "distance"
     else:
         pairs = selectors.annotations_overlapping(source=source, target=target, bbox=bbox)

@@ -35,12 +35,32 @@ class VectorMatrix:
 
 @dataclass
 class ClassIndex:
+    """One class's live annotations in id order: lon/lat `bounds` for bbox filters, projected
+    `geoms` with their `tree`, and for the bounds `nearest_within` prunes with, their projected
+    bounding boxes (`extents`: rows minx, miny, maxx, maxy) and one point on each (`anchors`:
+    rows x, y of its first vertex). Rows, not columns, so that gathers are contiguous."""
+
     category: str
     ids: np.ndarray
     geoms: np.ndarray
     bounds: np.ndarray
     tree: shapely.STRtree
+    extents: np.ndarray
+    anchors: np.ndarray
     vectors: dict[tuple[str, int], VectorMatrix] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, category: str, ids: np.ndarray, geoms: np.ndarray, bounds: np.ndarray) -> "ClassIndex":
+        """The index of one class from its ids, projected geometries and lon/lat bounds."""
+        return cls(
+            category=category,
+            ids=ids,
+            geoms=geoms,
+            bounds=bounds,
+            tree=shapely.STRtree(geoms),
+            extents=np.ascontiguousarray(shapely.bounds(geoms).T),
+            anchors=np.ascontiguousarray(_first_vertices(geoms).T),
+        )
 
     def positions_in(self, bbox: BBox | None) -> np.ndarray:
         """Positions of the annotations whose bounding box meets bbox (all when None)."""
@@ -102,6 +122,86 @@ def spatial_index() -> SpatialIndex:
         return _cached
 
 
+def nearest_within(
+    sources: ClassIndex, positions: np.ndarray, targets: ClassIndex, radius: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The nearest target within radius (projected metres) of each source at positions.
+
+    Returns aligned arrays, in ascending source position: the source's position, its nearest
+    target's position (the lowest among equals) and their projected distance. When sources and
+    targets are one class, an annotation is not its own neighbour.
+
+    Cheaper than a `dwithin` query followed by the distances of what it finds, because only
+    bounding boxes are compared before the exact distances:
+    1. candidates: the smaller side's boxes, grown by radius, against the other side's tree;
+    2. pruning: a candidate whose box distance (a lower bound of its distance) exceeds an upper
+       bound of the source's nearest distance cannot be the nearest. The upper bound is the
+       least MINMAXDIST (Roussopoulos et al., 1995) from a point of the source to a candidate's
+       box: each side of a geometry's bounding box touches the geometry, so the nearer side
+       holds a point of it no farther away than that side's far end;
+    3. `shapely.distance` on the candidates left, and the least per source.
+    """
+    no_pairs = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
+    if len(positions) == 0 or len(targets.ids) == 0:
+        return no_pairs
+    if len(positions) <= len(targets.ids):
+        query_at, target = targets.tree.query(_grown(sources.extents[:, positions], radius))
+        source = positions[query_at]
+    else:
+        target, source = sources.tree.query(_grown(targets.extents, radius))
+        if len(positions) < len(sources.ids):
+            wanted = np.zeros(len(sources.ids), dtype=bool)
+            wanted[positions] = True
+            keep = wanted[source]
+            source, target = source[keep], target[keep]
+    if sources is targets:
+        distinct = source != target
+        source, target = source[distinct], target[distinct]
+    if len(source) == 0:
+        return no_pairs
+
+    target_boxes = targets.extents[:, target]
+    lower = _box_distances_squared(sources.extents[:, source], target_boxes)
+    upper = np.full(len(sources.ids), radius * radius)
+    np.minimum.at(upper, source, _minmax_distances_squared(sources.anchors[:, source], target_boxes))
+    # A micrometre more guards against rounding: the bounds are exact up to it.
+    threshold = (np.sqrt(upper) + 1e-6) ** 2
+    keep = lower <= threshold[source]
+    source, target = source[keep], target[keep]
+
+    distances = shapely.distance(sources.geoms[source], targets.geoms[target])
+    nearest = np.full(len(sources.ids), np.inf)
+    np.minimum.at(nearest, source, distances)
+    is_nearest = distances == nearest[source]
+    nearest_target = np.full(len(sources.ids), np.iinfo(np.int64).max)
+    np.minimum.at(nearest_target, source[is_nearest], target[is_nearest])
+    found = np.flatnonzero(nearest <= radius)
+    return found, nearest_target[found], nearest[found]
+
+
+def _grown(extents: np.ndarray, radius: float) -> np.ndarray:
+    left, bottom, right, top = extents
+    return shapely.box(left - radius, bottom - radius, right + radius, top + radius)
+
+
+def _box_distances_squared(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Squared distances between pairs of boxes (rows minx, miny, maxx, maxy): 0 where they meet."""
+    dx = np.maximum(np.maximum(b[0] - a[2], a[0] - b[2]), 0)
+    dy = np.maximum(np.maximum(b[1] - a[3], a[1] - b[3]), 0)
+    return dx * dx + dy * dy
+
+
+def _minmax_distances_squared(points: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """Squared MINMAXDIST from each point (rows x, y) to its box: the geometry the box bounds
+    has a point no farther away."""
+    x, y = points
+    left, bottom, right, top = boxes
+    west, south = x <= (left + right) / 2, y <= (bottom + top) / 2
+    near_x, far_x = np.where(west, left, right) - x, np.where(west, right, left) - x
+    near_y, far_y = np.where(south, bottom, top) - y, np.where(south, top, bottom) - y
+    return np.minimum(near_x * near_x + far_y * far_y, near_y * near_y + far_x * far_x)
+
+
 def _spatial_index_build(revision: str) -> SpatialIndex:
     rows = list(
         Annotation.objects.annotate(geometry_text=Cast("geometry", TextField()))
@@ -133,20 +233,19 @@ def _spatial_index_build(revision: str) -> SpatialIndex:
         cuts = np.flatnonzero(categories[1:] != categories[:-1]) + 1
         for start, stop in zip(np.r_[0, cuts], np.r_[cuts, len(rows)], strict=True):
             part = slice(int(start), int(stop))
-            class_geoms = geoms[part]
-            classes[str(categories[start])] = ClassIndex(
-                category=str(categories[start]),
-                ids=ids[part],
-                geoms=class_geoms,
-                bounds=bounds[part],
-                tree=shapely.STRtree(class_geoms),
-            )
+            category = str(categories[start])
+            classes[category] = ClassIndex.build(category, ids[part], geoms[part], bounds[part])
     return SpatialIndex(
         revision=revision,
         projection=projection,
         scale=scale_bound(float(np.max(reach))),
         classes=classes,
     )
+
+
+def _first_vertices(geoms: np.ndarray) -> np.ndarray:
+    coords, owners = shapely.get_coordinates(geoms, return_index=True)
+    return coords[np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])]
 
 
 def _vector_matrix_load(index: ClassIndex, name: str, size: int) -> VectorMatrix:

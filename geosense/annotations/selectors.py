@@ -16,7 +16,7 @@ from django.db.models.functions import Cast
 from shapely.geometry import shape
 
 from .geometry import GEOD
-from .index import ClassIndex, SpatialIndex, spatial_index
+from .index import ClassIndex, SpatialIndex, nearest_within, spatial_index
 from .models import Annotation
 from .types import (
     DEFAULT_VECTOR,
@@ -28,7 +28,7 @@ from .types import (
     OverlapPair,
     SimilarHit,
     VectorNotFound,
-    WithinPair,
+    WithinPairs,
 )
 
 ORDERINGS = frozenset({"area_m2", "-area_m2", "length_m", "-length_m", "id"})
@@ -187,57 +187,25 @@ def annotations_geojson(
 
 def annotations_within_distance(
     *, source: str, target: str, distance_m: float, bbox: BBox | None = None
-) -> list[WithinPair]:
-    """Each `source` annotation with a `target` within distance_m metres, with its nearest one.
+) -> WithinPairs:
+    """Each `source` annotation with a `target` within distance_m metres, with its nearest one
+    (the lowest id among equals).
 
     bbox limits the sources; their targets may lie outside it. Sorted by distance, then id.
     """
-    source_ids, target_ids, metres = annotations_within_distance_arrays(
-        source=source, target=target, distance_m=distance_m, bbox=bbox
-    )
-    return [
-        WithinPair(source_id=s, target_id=t, distance_m=d)
-        for s, t, d in zip(source_ids.tolist(), target_ids.tolist(), metres.tolist(), strict=True)
-    ]
-
-
-def annotations_within_distance_arrays(
-    *, source: str, target: str, distance_m: float, bbox: BBox | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`annotations_within_distance` as three aligned arrays (source ids, target ids, metres),
-    for callers that handle tens of thousands of pairs without an object per pair."""
-    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
     index = spatial_index()
     sources, targets = index.classes.get(source), index.classes.get(target)
     if sources is None or targets is None or distance_m < 0:
-        return empty
-    positions = sources.positions_in(bbox)
-    if len(positions) == 0:
-        return empty
-    # Candidates within a projected radius that surely holds every geodesic neighbour.
-    hits, other = targets.tree.query(
-        sources.geoms[positions], predicate="dwithin", distance=index.search_distance(distance_m)
+        return WithinPairs(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
+    src, chosen, nearest = nearest_within(
+        sources, sources.positions_in(bbox), targets, index.search_distance(distance_m)
     )
-    if source == target:
-        distinct = sources.ids[positions[hits]] != targets.ids[other]
-        hits, other = hits[distinct], other[distinct]
-    if len(hits) == 0:
-        return empty
-    projected = shapely.distance(sources.geoms[positions[hits]], targets.geoms[other])
-    # The query answers grouped by source: the nearest target of each group (the lowest id
-    # among equals; positions follow ids).
-    starts = np.flatnonzero(np.r_[True, hits[1:] != hits[:-1]])
-    nearest = np.minimum.reduceat(projected, starts)
-    counts = np.diff(np.r_[starts, len(hits)])
-    is_nearest = projected == np.repeat(nearest, counts)
-    chosen = np.minimum.reduceat(np.where(is_nearest, other, np.iinfo(np.int64).max), starts)
-    src = positions[hits[starts]]
     metres = index.geodesic(nearest, sources.geoms[src], targets.geoms[chosen])
     keep = metres <= distance_m
     source_ids, target_ids, metres = sources.ids[src][keep], targets.ids[chosen][keep], metres[keep]
     # Sources come in id order, so a stable sort by distance keeps ids ascending among ties.
     order = np.argsort(metres, kind="stable")
-    return source_ids[order], target_ids[order], metres[order]
+    return WithinPairs(source_ids[order], target_ids[order], metres[order])
 
 
 def annotations_overlapping(

@@ -1,7 +1,10 @@
 """Plain values the annotations services return: frozen dataclasses, no model instances."""
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 BBox = tuple[float, float, float, float]
 """(min_lon, min_lat, max_lon, max_lat) in WGS84 degrees."""
@@ -37,6 +40,27 @@ class WithinPair:
     source_id: int
     target_id: int
     distance_m: float
+
+
+@dataclass(frozen=True, slots=True)
+class WithinPairs:
+    """Aligned arrays, one entry per source: its id, its nearest target's id and the metres
+    between them. Columns, because an answer can hold a hundred thousand pairs; iterating
+    yields `WithinPair`s."""
+
+    source_ids: np.ndarray
+    target_ids: np.ndarray
+    distances_m: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.source_ids)
+
+    def __getitem__(self, i: int) -> WithinPair:
+        return WithinPair(int(self.source_ids[i]), int(self.target_ids[i]), float(self.distances_m[i]))
+
+    def __iter__(self) -> Iterator[WithinPair]:
+        for s, t, d in zip(self.source_ids.tolist(), self.target_ids.tolist(), self.distances_m.tolist(), strict=True):
+            yield WithinPair(s, t, d)
 
 
 @dataclass(frozen=True, slots=True)

@@ -220,7 +220,7 @@ def test_soft_deleted_annotations_vanish_from_every_query_and_come_back_after_re
     assert annotation_counts() == {"house": 1, "tree": 1}
     assert annotation_counts(bbox=bbox) == {"tree": 1}
     assert [a.id for a in annotation_list(category="house")] == [other.id]
-    assert annotations_within_distance(source="tree", target="house", distance_m=100) == []
+    assert len(annotations_within_distance(source="tree", target="house", distance_m=100)) == 0
     assert annotations_overlapping(source="tree", target="house") == []
     assert house.id not in {h.id for h in annotations_nearest(lon=LON, lat=LAT, k=5)}
     assert house.id not in {f["id"] for f in annotations_geojson()["features"]}
