@@ -1,5 +1,7 @@
 """`nearest_within` against the plain answer: every distance measured, the least kept."""
 
+import gc
+
 import numpy as np
 import pytest
 import shapely
@@ -105,3 +107,19 @@ def test_nothing_to_search_gives_nothing():
 
     assert all(len(a) == 0 for a in nearest_within(sources, np.array([0]), targets, 10))
     assert all(len(a) == 0 for a in nearest_within(sources, np.zeros(0, dtype=np.int64), targets, 1000))
+
+
+def test_garbage_collection_is_left_as_it_was_found():
+    sources = class_index([shapely.Point(0, 0)])
+    targets = class_index([shapely.Point(1, 0)])
+    assert gc.isenabled()
+
+    nearest_within(sources, np.array([0]), targets, 10)
+    assert gc.isenabled()
+
+    gc.disable()
+    try:
+        nearest_within(sources, np.array([0]), targets, 10)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
