@@ -8,15 +8,10 @@ identical (same sources, nearest targets and distances). Medians of CPU time.
 """
 
 import argparse
-import os
 import statistics
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from seeded import seeded_demo  # bench/ is on the path when a bench runs
 
 CASES = [
     ("tree", "house", 20.0, False),
@@ -36,22 +31,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
 
-    workdir = tempfile.mkdtemp(prefix="geosense-bench-")
-    os.environ["DATABASE_URL"] = f"sqlite:///{workdir}/bench.sqlite3"
-    os.environ.setdefault("DEBUG", "1")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "geosense.settings"
-    import django
-
-    django.setup()
+    seeded_demo(args.annotations)
     import numpy as np
     import shapely
-    from django.core.management import call_command
 
     from geosense.annotations.index import ClassIndex, nearest_within, spatial_index
-    from geosense.annotations.services import demo_seed
 
-    call_command("migrate", verbosity=0)
-    demo_seed(annotations=args.annotations, seed=0)
     index = spatial_index()
 
     def replaced(sources: ClassIndex, positions: np.ndarray, targets: ClassIndex, radius: float):
