@@ -25,6 +25,7 @@ test: $(VENV)/.installed-test lint
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)

@@ -47,7 +47,8 @@ def timed_alternately(
         a.append(timed(first, 1))
         b.append(timed(second, 1))
     return tuple(  # type: ignore[return-value]
-        (statistics.median(t[0] for t in r), statistics.median(t[1] for t in r), r[-1][2]) for r in (a, b)
+        (statistics.median(t[0] for t in r), statistics.median(t[1] for t in r), r[-1][2])
+        for r in (a, b)
     )
 
 
@@ -56,10 +57,14 @@ def ms(seconds: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--annotations", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=9)
-    parser.add_argument("--sample", type=int, default=400, help="trees timed in the brute-force loop")
+    parser.add_argument(
+        "--sample", type=int, default=400, help="trees timed in the brute-force loop"
+    )
     args = parser.parse_args()
 
     created, seed_s = seeded_demo(args.annotations)
@@ -107,8 +112,12 @@ def main() -> None:
     sampled_ids = {int(trees.ids[pos]) for pos in sample}
     agree = all(
         (tree_id in by_source) == (tree_id in brute_found)
-        and (tree_id not in brute_found or math.isclose(by_source[tree_id].distance_m, brute_found[tree_id][1],
-                                                        rel_tol=0.005, abs_tol=0.01))
+        and (
+            tree_id not in brute_found
+            or math.isclose(
+                by_source[tree_id].distance_m, brute_found[tree_id][1], rel_tol=0.005, abs_tol=0.01
+            )
+        )
         for tree_id in sampled_ids
     )
 
@@ -127,7 +136,10 @@ def main() -> None:
         rows = [(pk, v["shape"]) for pk, v in pool_vectors]
         size = len(rows[0][1])
         mean = [sum(r[1][i] for r in rows) / len(rows) for i in range(size)]
-        std = [math.sqrt(sum((r[1][i] - mean[i]) ** 2 for r in rows) / len(rows)) or 1.0 for i in range(size)]
+        std = [
+            math.sqrt(sum((r[1][i] - mean[i]) ** 2 for r in rows) / len(rows)) or 1.0
+            for i in range(size)
+        ]
 
         def unit(v):
             z = [(v[i] - mean[i]) / std[i] for i in range(size)]
@@ -135,23 +147,35 @@ def main() -> None:
             return [x / norm for x in z]
 
         target = unit(dict(rows)[pool])
-        scored = [(-sum(a * b for a, b in zip(unit(v), target, strict=True)), pk) for pk, v in rows if pk != pool]
+        scored = [
+            (-sum(a * b for a, b in zip(unit(v), target, strict=True)), pk)
+            for pk, v in rows
+            if pk != pool
+        ]
         return [pk for _, pk in sorted(scored)[:20]]
 
     brute_sim_wall, brute_sim_cpu, brute_top = timed(similar_brute, max(1, args.runs // 3))
     same_top = [h.id for h in hits] == brute_top
 
     print()
-    print(f"trees within 20 m of a house: {len(pairs):,} trees paired "
-          f"({bare_pairs.shape[1]:,} tree-house pairs within 20 m); {len(trees.ids):,} trees, "
-          f"{len(houses.ids):,} houses")
+    print(
+        f"trees within 20 m of a house: {len(pairs):,} trees paired "
+        f"({bare_pairs.shape[1]:,} tree-house pairs within 20 m); {len(trees.ids):,} trees, "
+        f"{len(houses.ids):,} houses"
+    )
     print("| query | median wall | median CPU | vs bare STRtree (wall / CPU) |")
     print("|---|---|---|---|")
-    print(f"| service `annotations_within_distance` (warm) | {ms(service_wall)} | {ms(service_cpu)} | "
-          f"{service_wall / bare_wall:.2f}× / {service_cpu / bare_cpu:.2f}× |")
-    print(f"| bare `STRtree.query(..., predicate='dwithin')` | {ms(bare_wall)} | {ms(bare_cpu)} | 1× |")
-    print(f"| brute-force loop ({len(sample)} trees, scaled ×{scale:,.0f}) | {ms(brute_wall * scale)} | "
-          f"{ms(brute_cpu * scale)} | {brute_wall * scale / bare_wall:,.0f}× |")
+    print(
+        f"| service `annotations_within_distance` (warm) | {ms(service_wall)} | {ms(service_cpu)} | "
+        f"{service_wall / bare_wall:.2f}× / {service_cpu / bare_cpu:.2f}× |"
+    )
+    print(
+        f"| bare `STRtree.query(..., predicate='dwithin')` | {ms(bare_wall)} | {ms(bare_cpu)} | 1× |"
+    )
+    print(
+        f"| brute-force loop ({len(sample)} trees, scaled ×{scale:,.0f}) | {ms(brute_wall * scale)} | "
+        f"{ms(brute_cpu * scale)} | {brute_wall * scale / bare_wall:,.0f}× |"
+    )
     print(f"| first query after a write (index build + query) | {ms(cold_s)} | | |")
     print(f"service agrees with brute force on the sample: {agree}")
     print()
@@ -159,7 +183,9 @@ def main() -> None:
     print("|---|---|---|")
     print(f"| service `annotations_similar` (warm) | {ms(similar_wall)} | {ms(similar_cpu)} |")
     print(f"| service, first call (loads the class's vectors) | {ms(similar_cold_s)} | |")
-    print(f"| brute-force Python loop over {len(pool_vectors):,} pools | {ms(brute_sim_wall)} | {ms(brute_sim_cpu)} |")
+    print(
+        f"| brute-force Python loop over {len(pool_vectors):,} pools | {ms(brute_sim_wall)} | {ms(brute_sim_cpu)} |"
+    )
     print(f"same top 20 as brute force: {same_top}")
     print(f"\nseed of {created:,} annotations: {seed_s:.1f} s")
 

@@ -26,7 +26,9 @@ CASES = [
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--annotations", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
@@ -40,7 +42,9 @@ def main() -> None:
     index = spatial_index()
 
     def replaced(sources: ClassIndex, positions: np.ndarray, targets: ClassIndex, radius: float):
-        hits, other = targets.tree.query(sources.geoms[positions], predicate="dwithin", distance=radius)
+        hits, other = targets.tree.query(
+            sources.geoms[positions], predicate="dwithin", distance=radius
+        )
         if sources is targets:
             distinct = positions[hits] != other
             hits, other = hits[distinct], other[distinct]
@@ -59,7 +63,9 @@ def main() -> None:
             times.append(time.process_time() - started)
         return statistics.median(times) * 1000, result
 
-    print("| sources → targets | within | replaced plan | nearest_within | ratio | sources found | same answer |")
+    print(
+        "| sources → targets | within | replaced plan | nearest_within | ratio | sources found | same answer |"
+    )
     print("|---|---|---|---|---|---|---|")
     for source, target, metres, in_bbox in CASES:
         sources, targets = index.classes[source], index.classes[target]
@@ -73,8 +79,10 @@ def main() -> None:
         old_ms, old = cpu_ms(replaced, sources, positions, targets, radius)
         new_ms, new = cpu_ms(nearest_within, sources, positions, targets, radius)
         same = all(np.array_equal(a, b) for a, b in zip(old, new, strict=True))
-        print(f"| {label} | {metres:g} m | {old_ms:.1f} ms | {new_ms:.1f} ms | {new_ms / old_ms:.2f}× | "
-              f"{len(new[0]):,} | {same} |")
+        print(
+            f"| {label} | {metres:g} m | {old_ms:.1f} ms | {new_ms:.1f} ms | {new_ms / old_ms:.2f}× | "
+            f"{len(new[0]):,} | {same} |"
+        )
 
 
 if __name__ == "__main__":

@@ -25,20 +25,50 @@ class DeletedFilter(admin.SimpleListFilter):
 
 @admin.register(Annotation)
 class AnnotationAdmin(admin.ModelAdmin):
-    list_display = ["id", "category", "geometry_type", "area_m2", "length_m", "source", "deleted_at"]
+    list_display = [
+        "id",
+        "category",
+        "geometry_type",
+        "area_m2",
+        "length_m",
+        "source",
+        "deleted_at",
+    ]
     list_filter = ["category", DeletedFilter]
     search_fields = ["=id", "category"]
     actions = ["soft_delete", "restore"]
     show_full_result_count = False
     fields = [
-        "category", "attributes", "geometry", "area_m2", "length_m", "min_lon", "min_lat",
-        "max_lon", "max_lat", "vectors", "source", "created", "updated", "deleted_at",
+        "category",
+        "attributes",
+        "geometry",
+        "area_m2",
+        "length_m",
+        "min_lon",
+        "min_lat",
+        "max_lon",
+        "max_lat",
+        "vectors",
+        "source",
+        "created",
+        "updated",
+        "deleted_at",
     ]
     # Geometry and everything derived from it change only through the services, which
     # keep measures, bounding box and vectors consistent.
     readonly_fields = [
-        "geometry", "area_m2", "length_m", "min_lon", "min_lat", "max_lon", "max_lat", "vectors",
-        "source", "created", "updated", "deleted_at",
+        "geometry",
+        "area_m2",
+        "length_m",
+        "min_lon",
+        "min_lat",
+        "max_lon",
+        "max_lat",
+        "vectors",
+        "source",
+        "created",
+        "updated",
+        "deleted_at",
     ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Annotation]:
@@ -68,7 +98,9 @@ class AnnotationAdmin(admin.ModelAdmin):
     @admin.action(description="Soft-delete selected annotations", permissions=["change"])
     def soft_delete(self, request: HttpRequest, queryset: QuerySet[Annotation]) -> None:
         done = annotations_soft_delete(ids=list(queryset.values_list("id", flat=True)))
-        self.message_user(request, f"Deleted {len(done)} annotations (restorable).", messages.SUCCESS)
+        self.message_user(
+            request, f"Deleted {len(done)} annotations (restorable).", messages.SUCCESS
+        )
 
     @admin.action(description="Restore selected deleted annotations", permissions=["change"])
     def restore(self, request: HttpRequest, queryset: QuerySet[Annotation]) -> None:

@@ -16,4 +16,6 @@ class AnnotationsConfig(AppConfig):
         # Single-row saves (admin edits, model helpers) change the revision here; bulk writes
         # and deletions in services.py bump it themselves (a post_delete receiver would make
         # every queryset delete fetch and signal row by row).
-        post_save.connect(bump, sender=Annotation, weak=False, dispatch_uid="annotation_revision_save")
+        post_save.connect(
+            bump, sender=Annotation, weak=False, dispatch_uid="annotation_revision_save"
+        )

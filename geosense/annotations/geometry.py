@@ -24,7 +24,14 @@ SUPPORTED_TYPES = frozenset(
     {"Point", "LineString", "Polygon", "MultiPoint", "MultiLineString", "MultiPolygon"}
 )
 SHAPE_VECTOR_SIZE = 8
-_PARSE_ERRORS = (ValueError, TypeError, IndexError, KeyError, AttributeError, shapely.errors.ShapelyError)
+_PARSE_ERRORS = (
+    ValueError,
+    TypeError,
+    IndexError,
+    KeyError,
+    AttributeError,
+    shapely.errors.ShapelyError,
+)
 
 
 def geometry_parse(geometry: Any) -> BaseGeometry:
@@ -193,6 +200,10 @@ def shape_vector(geom_lonlat: BaseGeometry, attributes: dict[str, Any]) -> list[
     x_scale = metres_per_degree * math.cos(math.radians(centre.y))
     metric = shapely.transform(
         geom_lonlat,
-        lambda c: np.column_stack([(c[:, 0] - centre.x) * x_scale, (c[:, 1] - centre.y) * metres_per_degree]),
+        lambda c: np.column_stack(
+            [(c[:, 0] - centre.x) * x_scale, (c[:, 1] - centre.y) * metres_per_degree]
+        ),
     )
-    return shape_vectors(np.array([metric], dtype=object), np.array([size_attribute(attributes)]))[0].tolist()
+    return shape_vectors(np.array([metric], dtype=object), np.array([size_attribute(attributes)]))[
+        0
+    ].tolist()

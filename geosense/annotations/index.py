@@ -51,7 +51,9 @@ class ClassIndex:
     vectors: dict[tuple[str, int], VectorMatrix] = field(default_factory=dict)
 
     @classmethod
-    def build(cls, category: str, ids: np.ndarray, geoms: np.ndarray, bounds: np.ndarray) -> "ClassIndex":
+    def build(
+        cls, category: str, ids: np.ndarray, geoms: np.ndarray, bounds: np.ndarray
+    ) -> "ClassIndex":
         """The index of one class from its ids, projected geometries and lon/lat bounds."""
         return cls(
             category=category,
@@ -69,7 +71,12 @@ class ClassIndex:
             return np.arange(len(self.ids))
         min_lon, min_lat, max_lon, max_lat = bbox
         b = self.bounds
-        mask = (b[:, 0] <= max_lon) & (b[:, 2] >= min_lon) & (b[:, 1] <= max_lat) & (b[:, 3] >= min_lat)
+        mask = (
+            (b[:, 0] <= max_lon)
+            & (b[:, 2] >= min_lon)
+            & (b[:, 1] <= max_lat)
+            & (b[:, 3] >= min_lat)
+        )
         return np.flatnonzero(mask)
 
     def vector_matrix(self, name: str, size: int) -> VectorMatrix:
@@ -86,7 +93,9 @@ class SpatialIndex:
     scale: float
     classes: dict[str, ClassIndex]
 
-    def search_distance(self, distance_m: float, *, lon: float | None = None, lat: float | None = None) -> float:
+    def search_distance(
+        self, distance_m: float, *, lon: float | None = None, lat: float | None = None
+    ) -> float:
         """A projected radius that surely holds every geodesic neighbour within distance_m."""
         scale = self.scale
         if lon is not None and lat is not None:
@@ -164,7 +173,9 @@ def nearest_within(
     target_boxes = targets.extents[:, target]
     lower = _box_distances_squared(sources.extents[:, source], target_boxes)
     upper = np.full(len(sources.ids), radius * radius)
-    np.minimum.at(upper, source, _minmax_distances_squared(sources.anchors[:, source], target_boxes))
+    np.minimum.at(
+        upper, source, _minmax_distances_squared(sources.anchors[:, source], target_boxes)
+    )
     # A micrometre more guards against rounding: the bounds are exact up to it.
     threshold = (np.sqrt(upper) + 1e-6) ** 2
     keep = lower <= threshold[source]
@@ -241,7 +252,9 @@ def _spatial_index_build(revision: str) -> SpatialIndex:
     projection = LocalProjection(lon=(min_lon + max_lon) / 2, lat=(min_lat + max_lat) / 2)
     corners_lon = np.array([min_lon, min_lon, max_lon, max_lon])
     corners_lat = np.array([min_lat, max_lat, min_lat, max_lat])
-    reach = GEOD.inv(np.full(4, projection.lon), np.full(4, projection.lat), corners_lon, corners_lat)[2]
+    reach = GEOD.inv(
+        np.full(4, projection.lon), np.full(4, projection.lat), corners_lon, corners_lat
+    )[2]
     geoms = projection.project(shapely.from_geojson(texts)) if len(rows) else texts
     classes: dict[str, ClassIndex] = {}
     if len(rows):
@@ -282,4 +295,6 @@ def _vector_matrix_load(index: ClassIndex, name: str, size: int) -> VectorMatrix
     standard = (matrix - mean) / std
     norms = np.linalg.norm(standard, axis=1, keepdims=True)
     unit_rows = np.divide(standard, norms, out=np.zeros_like(standard), where=norms > 0)
-    return VectorMatrix(positions=np.array(positions, dtype=np.int64), unit_rows=unit_rows, mean=mean, std=std)
+    return VectorMatrix(
+        positions=np.array(positions, dtype=np.int64), unit_rows=unit_rows, mean=mean, std=std
+    )

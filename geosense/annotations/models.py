@@ -23,7 +23,9 @@ class Annotation(models.Model):
     max_lon = models.FloatField()
     max_lat = models.FloatField()
     area_m2 = models.FloatField(default=0.0, help_text="Geodesic area (polygons).")
-    length_m = models.FloatField(default=0.0, help_text="Geodesic length, or a polygon's perimeter.")
+    length_m = models.FloatField(
+        default=0.0, help_text="Geodesic length, or a polygon's perimeter."
+    )
     attributes = models.JSONField(default=dict, blank=True)
     # Named feature vectors for similarity search: {"shape": [..], "<name>": [..]}.
     vectors = models.JSONField(default=dict, blank=True)

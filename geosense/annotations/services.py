@@ -65,7 +65,10 @@ def _vectors_clean(vectors: Any) -> dict[str, list[float]]:
         if (
             not isinstance(vector, list)
             or not 0 < len(vector) <= MAX_VECTOR_SIZE
-            or not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in vector)
+            or not all(
+                isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+                for x in vector
+            )
         ):
             raise ValueError(f"vector {name!r} must be 1 to {MAX_VECTOR_SIZE} finite numbers")
         clean[name] = [float(x) for x in vector]
@@ -112,7 +115,9 @@ def annotations_soft_delete(*, ids: Sequence[int]) -> list[int]:
     with transaction.atomic():
         live = sorted(Annotation.objects.filter(id__in=list(ids)).values_list("id", flat=True))
         if live:
-            Annotation.all_objects.filter(id__in=live).update(deleted_at=timezone.now(), updated=timezone.now())
+            Annotation.all_objects.filter(id__in=live).update(
+                deleted_at=timezone.now(), updated=timezone.now()
+            )
             AnnotationRevision.bump()
     return live
 
@@ -121,10 +126,14 @@ def annotations_restore(*, ids: Sequence[int]) -> list[int]:
     """Bring soft-deleted annotations back; returns the ids restored by this call."""
     with transaction.atomic():
         deleted = sorted(
-            Annotation.all_objects.filter(id__in=list(ids), deleted_at__isnull=False).values_list("id", flat=True)
+            Annotation.all_objects.filter(id__in=list(ids), deleted_at__isnull=False).values_list(
+                "id", flat=True
+            )
         )
         if deleted:
-            Annotation.all_objects.filter(id__in=deleted).update(deleted_at=None, updated=timezone.now())
+            Annotation.all_objects.filter(id__in=deleted).update(
+                deleted_at=None, updated=timezone.now()
+            )
             AnnotationRevision.bump()
     return deleted
 
@@ -146,11 +155,24 @@ def _bulk_insert(
     bounds = shapely.bounds(geoms_lonlat) if len(geoms_lonlat) else np.zeros((0, 4))
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     columns = [
-        "category", "geometry", "min_lon", "min_lat", "max_lon", "max_lat", "area_m2",
-        "length_m", "attributes", "vectors", "source", "created", "updated",
+        "category",
+        "geometry",
+        "min_lon",
+        "min_lat",
+        "max_lon",
+        "max_lat",
+        "area_m2",
+        "length_m",
+        "attributes",
+        "vectors",
+        "source",
+        "created",
+        "updated",
     ]
     json_marker = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
-    placeholders = [json_marker if name in {"geometry", "attributes", "vectors"} else "%s" for name in columns]
+    placeholders = [
+        json_marker if name in {"geometry", "attributes", "vectors"} else "%s" for name in columns
+    ]
     meta = Annotation._meta
     sql = "INSERT INTO {} ({}) VALUES ({})".format(
         connection.ops.quote_name(meta.db_table),
@@ -160,10 +182,20 @@ def _bulk_insert(
     rows = []
     for n, geom in enumerate(geoms_lonlat):
         area, length = geodesic_measures(geom)
-        rows.append((
-            categories[n], geometry_texts[n], *bounds[n].tolist(), area, length,
-            json.dumps(attributes[n]), json.dumps(vectors[n]), source, now, now,
-        ))
+        rows.append(
+            (
+                categories[n],
+                geometry_texts[n],
+                *bounds[n].tolist(),
+                area,
+                length,
+                json.dumps(attributes[n]),
+                json.dumps(vectors[n]),
+                source,
+                now,
+                now,
+            )
+        )
     with connection.cursor() as cursor:
         for start in range(0, len(rows), INSERT_BATCH):
             cursor.executemany(sql, rows[start : start + INSERT_BATCH])
@@ -171,17 +203,23 @@ def _bulk_insert(
     return len(rows)
 
 
-def _features_parse(collection: Any, class_property: str) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
+def _features_parse(
+    collection: Any, class_property: str
+) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
     if not isinstance(collection, dict) or collection.get("type") != "FeatureCollection":
-        raise GeoJSONImportError("not a GeoJSON FeatureCollection (its \"type\" must be \"FeatureCollection\")")
+        raise GeoJSONImportError(
+            'not a GeoJSON FeatureCollection (its "type" must be "FeatureCollection")'
+        )
     crs = collection.get("crs")
     if crs is not None:
         name = str((crs.get("properties") or {}).get("name", "")) if isinstance(crs, dict) else ""
         if not name.upper().endswith(("CRS84", "4326")):
-            raise GeoJSONImportError(f"coordinates must be WGS84 longitude/latitude, not {name or crs!r}")
+            raise GeoJSONImportError(
+                f"coordinates must be WGS84 longitude/latitude, not {name or crs!r}"
+            )
     features = collection.get("features")
     if not isinstance(features, list):
-        raise GeoJSONImportError("a FeatureCollection needs a \"features\" array")
+        raise GeoJSONImportError('a FeatureCollection needs a "features" array')
     categories, geoms, attributes = [], [], []
     for n, feature in enumerate(features):
         where = f"feature {n}"
@@ -211,7 +249,10 @@ def annotations_import_geojson(
 ) -> int:
     """Import a WGS84 FeatureCollection: every feature or none (GeoJSONImportError says why)."""
     categories, geoms, attributes = _features_parse(collection, class_property)
-    vectors = [{DEFAULT_VECTOR: shape_vector(geom, attrs)} for geom, attrs in zip(geoms, attributes, strict=True)]
+    vectors = [
+        {DEFAULT_VECTOR: shape_vector(geom, attrs)}
+        for geom, attrs in zip(geoms, attributes, strict=True)
+    ]
     with transaction.atomic():
         return _bulk_insert(
             categories=categories,
@@ -246,9 +287,17 @@ def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:
     with transaction.atomic():
         user_created = _demo_user_ensure()
         earlier = Annotation.all_objects.filter(source__startswith=SEED_SOURCE)
-        if earlier.filter(source=marker).count() == annotations and not earlier.exclude(source=marker).exists():
-            return SeedReport(place=demo.PLACE, created=0, replaced=0, total=annotations,
-                              demo_user_created=user_created)
+        if (
+            earlier.filter(source=marker).count() == annotations
+            and not earlier.exclude(source=marker).exists()
+        ):
+            return SeedReport(
+                place=demo.PLACE,
+                created=0,
+                replaced=0,
+                total=annotations,
+                demo_user_created=user_created,
+            )
         replaced, _ = earlier.delete()
         features = demo.demo_features(count=annotations, seed=seed)
         metric = np.array([f.geometry_m for f in features], dtype=object)
@@ -263,5 +312,10 @@ def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:
             vectors=[{DEFAULT_VECTOR: row} for row in shape_rows],
             source=marker,
         )
-    return SeedReport(place=demo.PLACE, created=created, replaced=replaced, total=annotations,
-                      demo_user_created=user_created)
+    return SeedReport(
+        place=demo.PLACE,
+        created=created,
+        replaced=replaced,
+        total=annotations,
+        demo_user_created=user_created,
+    )

@@ -56,10 +56,17 @@ class WithinPairs:
         return len(self.source_ids)
 
     def __getitem__(self, i: int) -> WithinPair:
-        return WithinPair(int(self.source_ids[i]), int(self.target_ids[i]), float(self.distances_m[i]))
+        return WithinPair(
+            int(self.source_ids[i]), int(self.target_ids[i]), float(self.distances_m[i])
+        )
 
     def __iter__(self) -> Iterator[WithinPair]:
-        for s, t, d in zip(self.source_ids.tolist(), self.target_ids.tolist(), self.distances_m.tolist(), strict=True):
+        for s, t, d in zip(
+            self.source_ids.tolist(),
+            self.target_ids.tolist(),
+            self.distances_m.tolist(),
+            strict=True,
+        ):
             yield WithinPair(s, t, d)
 
 

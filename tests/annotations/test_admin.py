@@ -13,7 +13,9 @@ CHANGELIST = "/admin/annotations/annotation/"
 
 @pytest.fixture
 def admin_client(client):
-    client.force_login(get_user_model().objects.create_superuser(username="root", password="pw", email="r@x.y"))
+    client.force_login(
+        get_user_model().objects.create_superuser(username="root", password="pw", email="r@x.y")
+    )
     return client
 
 
@@ -35,7 +37,9 @@ def test_the_admin_soft_deletes_instead_of_deleting(admin_client):
     admin_client.post(CHANGELIST, {"action": "soft_delete", "_selected_action": [tree.id]})
 
     assert Annotation.all_objects.get(pk=tree.id).is_deleted
-    admin_client.post(CHANGELIST, {"action": "delete_selected", "_selected_action": [tree.id], "post": "yes"})
+    admin_client.post(
+        CHANGELIST, {"action": "delete_selected", "_selected_action": [tree.id], "post": "yes"}
+    )
     assert Annotation.all_objects.filter(pk=tree.id).exists()
 
 
@@ -46,10 +50,22 @@ def test_the_admin_finds_an_annotation_by_id_and_filters_by_class(admin_client):
     by_id = admin_client.get(CHANGELIST, {"q": str(pool.id)}).content.decode()
     by_class = admin_client.get(CHANGELIST, {"category": "tree"}).content.decode()
 
-    assert f"/annotation/{pool.id}/change/" in by_id and f"/annotation/{tree.id}/change/" not in by_id
-    assert f"/annotation/{tree.id}/change/" in by_class and f"/annotation/{pool.id}/change/" not in by_class
+    assert (
+        f"/annotation/{pool.id}/change/" in by_id and f"/annotation/{tree.id}/change/" not in by_id
+    )
+    assert (
+        f"/annotation/{tree.id}/change/" in by_class
+        and f"/annotation/{pool.id}/change/" not in by_class
+    )
 
 
-@pytest.mark.parametrize("path", ["/admin/accounts/creditaccount/", "/admin/accounts/creditcharge/", "/admin/accounts/apitoken/"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/admin/accounts/creditaccount/",
+        "/admin/accounts/creditcharge/",
+        "/admin/accounts/apitoken/",
+    ],
+)
 def test_credit_balances_ledger_and_tokens_have_admin_pages(admin_client, path):
     assert admin_client.get(path).status_code == 200

@@ -43,10 +43,24 @@ def test_api_token_for_an_unknown_user_fails():
 
 def test_import_geojson_reads_a_file_with_a_class_property(tmp_path):
     path = tmp_path / "parks.geojson"
-    path.write_text(json.dumps({"type": "FeatureCollection", "features": [
-        {"type": "Feature", "id": "p1", "properties": {"landuse": "park"},
-         "geometry": {"type": "Polygon", "coordinates": [[[0, 0], [0.001, 0], [0.001, 0.001], [0, 0]]]}},
-    ]}))
+    path.write_text(
+        json.dumps(
+            {
+                "type": "FeatureCollection",
+                "features": [
+                    {
+                        "type": "Feature",
+                        "id": "p1",
+                        "properties": {"landuse": "park"},
+                        "geometry": {
+                            "type": "Polygon",
+                            "coordinates": [[[0, 0], [0.001, 0], [0.001, 0.001], [0, 0]]],
+                        },
+                    },
+                ],
+            }
+        )
+    )
 
     output = run("import_geojson", str(path), "--class-property", "landuse")
 

@@ -45,8 +45,12 @@ def test_line_length_matches_pyproj_geodesic(lat, span_deg):
 
 def test_area_is_not_a_flat_earth_degree_product():
     # A one-degree cell at 60°N is about half the size of one at the equator.
-    equator = geometry_measures({"type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 1], [0, 0]]]})[0]
-    north = geometry_measures({"type": "Polygon", "coordinates": [[[0, 60], [1, 60], [1, 61], [0, 61], [0, 60]]]})[0]
+    equator = geometry_measures(
+        {"type": "Polygon", "coordinates": [[[0, 0], [1, 0], [1, 1], [0, 1], [0, 0]]]}
+    )[0]
+    north = geometry_measures(
+        {"type": "Polygon", "coordinates": [[[0, 60], [1, 60], [1, 61], [0, 61], [0, 60]]]}
+    )[0]
 
     assert 0.45 < north / equator < 0.52
 
@@ -71,7 +75,10 @@ def test_a_point_has_no_area_or_length():
         ({"type": "Point"}, "coordinates"),
         ({"type": "Point", "coordinates": [200, 10]}, "WGS84"),
         ({"type": "Point", "coordinates": ["a", "b"]}, "malformed"),
-        ({"type": "Polygon", "coordinates": [[[0, 0], [1, 1], [1, 0], [0, 1], [0, 0]]]}, "invalid Polygon"),
+        (
+            {"type": "Polygon", "coordinates": [[[0, 0], [1, 1], [1, 0], [0, 1], [0, 0]]]},
+            "invalid Polygon",
+        ),
         ("POINT (1 2)", "GeoJSON object"),
     ],
 )

@@ -51,11 +51,20 @@ def random_shapes(rng: np.random.Generator, n: int, spread: float, *, grid: bool
             box = shapely.box(x, y, x + w, y + h)
             shapes.append(box if grid else shapely.affinity.rotate(box, rng.uniform(0, 90)))
         else:
-            shapes.append(shapely.MultiPolygon([shapely.box(x, y, x + w, y + h), shapely.box(x + w + 5, y, x + 2 * w + 5, y + h)]))
+            shapes.append(
+                shapely.MultiPolygon(
+                    [
+                        shapely.box(x, y, x + w, y + h),
+                        shapely.box(x + w + 5, y, x + 2 * w + 5, y + h),
+                    ]
+                )
+            )
     return shapes
 
 
-def assert_agrees(sources: ClassIndex, positions: np.ndarray, targets: ClassIndex, radius: float) -> int:
+def assert_agrees(
+    sources: ClassIndex, positions: np.ndarray, targets: ClassIndex, radius: float
+) -> int:
     found, chosen, nearest = nearest_within(sources, positions, targets, radius)
     want_found, want_chosen, want_nearest = plain_nearest(sources, positions, targets, radius)
     assert found.tolist() == want_found
@@ -85,7 +94,9 @@ def test_nearest_within_agrees_with_measuring_every_pair(seed, grid):
 
 def test_equally_near_targets_give_the_lowest_position():
     sources = class_index([shapely.Point(0, 0)])
-    targets = class_index([shapely.box(3, -1, 4, 1), shapely.box(-4, -1, -3, 1), shapely.Point(0, 5)])
+    targets = class_index(
+        [shapely.box(3, -1, 4, 1), shapely.box(-4, -1, -3, 1), shapely.Point(0, 5)]
+    )
 
     found, chosen, nearest = nearest_within(sources, np.array([0]), targets, 10)
 
@@ -106,7 +117,9 @@ def test_nothing_to_search_gives_nothing():
     targets = class_index([shapely.Point(100, 0)])
 
     assert all(len(a) == 0 for a in nearest_within(sources, np.array([0]), targets, 10))
-    assert all(len(a) == 0 for a in nearest_within(sources, np.zeros(0, dtype=np.int64), targets, 1000))
+    assert all(
+        len(a) == 0 for a in nearest_within(sources, np.zeros(0, dtype=np.int64), targets, 1000)
+    )
 
 
 def test_garbage_collection_is_left_as_it_was_found():

@@ -34,24 +34,36 @@ def scatter(rng, n, spread_m):
 
 
 UTM = Transformer.from_crs(
-    "EPSG:4326", CRS.from_proj4(f"+proj=utm +zone={int((LON + 180) // 6) + 1} +south +datum=WGS84"), always_xy=True
+    "EPSG:4326",
+    CRS.from_proj4(f"+proj=utm +zone={int((LON + 180) // 6) + 1} +south +datum=WGS84"),
+    always_xy=True,
 )
 
 
 def utm(geometry):
     """The geometry in its UTM zone: an independent metric frame for brute-force checks."""
-    return shapely.transform(shape(geometry), lambda c: np.column_stack(UTM.transform(c[:, 0], c[:, 1])))
+    return shapely.transform(
+        shape(geometry), lambda c: np.column_stack(UTM.transform(c[:, 0], c[:, 1]))
+    )
 
 
 @pytest.fixture
 def yard():
     """Random trees (points) and houses (rectangles) over a few hundred metres."""
     rng = np.random.default_rng(7)
-    trees = [annotation_create(category="tree", geometry=point(x, y)) for x, y in zip(*scatter(rng, 150, 300), strict=True)]
+    trees = [
+        annotation_create(category="tree", geometry=point(x, y))
+        for x, y in zip(*scatter(rng, 150, 300), strict=True)
+    ]
     houses = [
         annotation_create(category="house", geometry=rectangle(x, y, w, h, turn_deg=t))
-        for x, y, w, h, t in zip(*scatter(rng, 60, 300), rng.uniform(6, 20, 60), rng.uniform(6, 20, 60),
-                                 rng.uniform(0, 90, 60), strict=True)
+        for x, y, w, h, t in zip(
+            *scatter(rng, 60, 300),
+            rng.uniform(6, 20, 60),
+            rng.uniform(6, 20, 60),
+            rng.uniform(0, 90, 60),
+            strict=True,
+        )
     ]
     return trees, houses
 
@@ -83,8 +95,14 @@ def test_within_distance_agrees_with_brute_force(yard):
 def test_within_distance_is_geodesic_for_data_spread_over_a_continent():
     rng = np.random.default_rng(3)
     lons, lats = rng.uniform(110, 150, 80), rng.uniform(-40, -12, 80)
-    wells = [annotation_create(category="well", geometry=point(x, y)) for x, y in zip(lons, lats, strict=True)]
-    towns = [annotation_create(category="town", geometry=point(x + 0.3, y + 0.2)) for x, y in zip(lons[:40], lats[:40], strict=True)]
+    wells = [
+        annotation_create(category="well", geometry=point(x, y))
+        for x, y in zip(lons, lats, strict=True)
+    ]
+    towns = [
+        annotation_create(category="town", geometry=point(x + 0.3, y + 0.2))
+        for x, y in zip(lons[:40], lats[:40], strict=True)
+    ]
     limit = 400_000.0
 
     pairs = annotations_within_distance(source="well", target="town", distance_m=limit)
@@ -92,12 +110,14 @@ def test_within_distance_is_geodesic_for_data_spread_over_a_continent():
     for pair in pairs:
         well = next(w for w in wells if w.id == pair.source_id)
         distances = {
-            t.id: GEOD.inv(*well.geometry["coordinates"], *t.geometry["coordinates"])[2] for t in towns
+            t.id: GEOD.inv(*well.geometry["coordinates"], *t.geometry["coordinates"])[2]
+            for t in towns
         }
         assert abs(pair.distance_m - distances[pair.target_id]) <= 0.005 * distances[pair.target_id]
         assert pair.distance_m <= min(distances.values()) * 1.005
     brute_count = sum(
-        min(GEOD.inv(*w.geometry["coordinates"], *t.geometry["coordinates"])[2] for t in towns) <= limit * 0.995
+        min(GEOD.inv(*w.geometry["coordinates"], *t.geometry["coordinates"])[2] for t in towns)
+        <= limit * 0.995
         for w in wells
     )
     assert len(pairs) >= brute_count > 0
@@ -129,7 +149,10 @@ def test_overlap_share_agrees_with_brute_force():
     found = {p.source_id: p for p in pairs}
     for pool in pools:
         own = utm(pool.geometry)
-        shares = sorted(((own.intersection(utm(h.geometry)).area / own.area, h.id) for h in houses), reverse=True)
+        shares = sorted(
+            ((own.intersection(utm(h.geometry)).area / own.area, h.id) for h in houses),
+            reverse=True,
+        )
         best = shares[0]
         if best[0] == 0:
             assert pool.id not in found
@@ -146,7 +169,9 @@ def test_a_panel_inside_a_roof_overlaps_it_entirely_and_a_point_inside_counts_as
     panel = annotation_create(category="solar_panel", geometry=rectangle(LON, LAT, 4, 2))
     tree = annotation_create(category="tree", geometry=point(LON, LAT))
 
-    assert annotations_overlapping(source="solar_panel", target="house")[0].share == pytest.approx(1.0)
+    assert annotations_overlapping(source="solar_panel", target="house")[0].share == pytest.approx(
+        1.0
+    )
     assert annotations_overlapping(source="tree", target="house")[0].target_id == house.id
     assert panel.id != tree.id
 
@@ -175,11 +200,19 @@ def test_similarity_ranks_the_samples_near_duplicates_first():
     rng = np.random.default_rng(5)
     sample = annotation_create(category="pool", geometry=rectangle(LON, LAT, 12, 4, turn_deg=10))
     twins = [
-        annotation_create(category="pool", geometry=rectangle(LON + 0.001 * i, LAT, 12 + 0.1 * i, 4.05, turn_deg=10 + i))
+        annotation_create(
+            category="pool",
+            geometry=rectangle(LON + 0.001 * i, LAT, 12 + 0.1 * i, 4.05, turn_deg=10 + i),
+        )
         for i in range(1, 4)
     ]
-    for x, y, w, h, t in zip(*scatter(rng, 40, 500), rng.uniform(3, 30, 40), rng.uniform(3, 30, 40),
-                             rng.uniform(0, 180, 40), strict=True):
+    for x, y, w, h, t in zip(
+        *scatter(rng, 40, 500),
+        rng.uniform(3, 30, 40),
+        rng.uniform(3, 30, 40),
+        rng.uniform(0, 180, 40),
+        strict=True,
+    ):
         annotation_create(category="pool", geometry=rectangle(x, y, w, h, turn_deg=t))
 
     hits = annotations_similar(samples=[(sample.id, None)], k=5)
@@ -190,10 +223,18 @@ def test_similarity_ranks_the_samples_near_duplicates_first():
 
 
 def test_similarity_uses_the_named_vector_of_a_sample():
-    sample = annotation_create(category="roof", geometry=point(LON, LAT), vectors={"colour": [1.0, 0.0, 0.0]})
-    red = annotation_create(category="roof", geometry=point(LON, LAT + 0.001), vectors={"colour": [0.9, 0.1, 0.0]})
-    annotation_create(category="roof", geometry=point(LON, LAT + 0.002), vectors={"colour": [0.0, 1.0, 0.2]})
-    annotation_create(category="roof", geometry=point(LON, LAT + 0.003), vectors={"colour": [0.1, 0.1, 1.0]})
+    sample = annotation_create(
+        category="roof", geometry=point(LON, LAT), vectors={"colour": [1.0, 0.0, 0.0]}
+    )
+    red = annotation_create(
+        category="roof", geometry=point(LON, LAT + 0.001), vectors={"colour": [0.9, 0.1, 0.0]}
+    )
+    annotation_create(
+        category="roof", geometry=point(LON, LAT + 0.002), vectors={"colour": [0.0, 1.0, 0.2]}
+    )
+    annotation_create(
+        category="roof", geometry=point(LON, LAT + 0.003), vectors={"colour": [0.1, 0.1, 1.0]}
+    )
 
     hits = annotations_similar(samples=[(sample.id, "colour")], k=1)
 
@@ -231,12 +272,17 @@ def test_soft_deleted_annotations_vanish_from_every_query_and_come_back_after_re
     assert annotations_restore(ids=[house.id, tree.id]) == [house.id]
 
     assert annotation_counts(bbox=bbox) == {"house": 1, "tree": 1}
-    assert annotations_within_distance(source="tree", target="house", distance_m=100)[0].target_id == house.id
+    assert (
+        annotations_within_distance(source="tree", target="house", distance_m=100)[0].target_id
+        == house.id
+    )
     assert annotation_measures(annotation_id=house.id).id == house.id
 
 
 def test_annotation_list_orders_filters_and_limits():
-    small = annotation_create(category="pool", geometry=rectangle(LON, LAT, 3, 3), attributes={"shape": "square"})
+    small = annotation_create(
+        category="pool", geometry=rectangle(LON, LAT, 3, 3), attributes={"shape": "square"}
+    )
     large = annotation_create(category="pool", geometry=rectangle(LON + 0.001, LAT, 10, 5))
     annotation_create(category="house", geometry=rectangle(LON, LAT + 0.001, 30, 30))
 
@@ -253,7 +299,9 @@ def test_annotation_list_orders_filters_and_limits():
 
 
 def test_measures_of_a_polygon_include_its_perimeter_and_bbox():
-    house = annotation_create(category="house", geometry=rectangle(LON, LAT, 20, 10), attributes={"storeys": 2})
+    house = annotation_create(
+        category="house", geometry=rectangle(LON, LAT, 20, 10), attributes={"storeys": 2}
+    )
 
     measures = annotation_measures(annotation_id=house.id)
 
@@ -265,8 +313,11 @@ def test_measures_of_a_polygon_include_its_perimeter_and_bbox():
 
 
 def test_geojson_features_carry_id_class_measures_and_attributes():
-    road = annotation_create(category="road", geometry={"type": "LineString", "coordinates": [[LON, LAT], [LON + 0.01, LAT]]},
-                             attributes={"name": "George St", "class": "spoof"})
+    road = annotation_create(
+        category="road",
+        geometry={"type": "LineString", "coordinates": [[LON, LAT], [LON + 0.01, LAT]]},
+        attributes={"name": "George St", "class": "spoof"},
+    )
 
     collection = annotations_geojson(category="road")
 
@@ -291,7 +342,10 @@ def test_within_distance_between_polygons_agrees_with_brute_force():
     ]
     limit = 15.0
 
-    pairs = {p.source_id: p for p in annotations_within_distance(source="shed", target="house", distance_m=limit)}
+    pairs = {
+        p.source_id: p
+        for p in annotations_within_distance(source="shed", target="house", distance_m=limit)
+    }
 
     for shed in sheds:
         nearest = min(utm(shed.geometry).distance(utm(h.geometry)) for h in houses)

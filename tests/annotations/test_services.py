@@ -18,7 +18,9 @@ pytestmark = pytest.mark.django_db
 
 
 def rows():
-    return list(Annotation.all_objects.order_by("id").values_list("id", "category", "geometry", "updated"))
+    return list(
+        Annotation.all_objects.order_by("id").values_list("id", "category", "geometry", "updated")
+    )
 
 
 def test_seed_creates_the_demo_user_with_100_credits_and_the_neighbourhood():
@@ -123,11 +125,35 @@ def test_import_creates_annotations_with_measures_and_attributes():
     [
         ({"type": "Feature"}, "FeatureCollection"),
         ({"type": "FeatureCollection"}, "features"),
-        (collection(feature(point(0, 0), **{"class": "tree"}), feature(point(0, 0))), "feature 1: no 'class'"),
-        (collection(feature(point(0, 0), **{"class": "tree"}), feature({"type": "Point", "coordinates": [0]}, **{"class": "tree"})), "feature 1"),
-        (collection(feature({"type": "Polygon", "coordinates": [[[0, 0], [1, 1], [1, 0], [0, 1], [0, 0]]]}, **{"class": "lot"})), "Self-intersection"),
+        (
+            collection(feature(point(0, 0), **{"class": "tree"}), feature(point(0, 0))),
+            "feature 1: no 'class'",
+        ),
+        (
+            collection(
+                feature(point(0, 0), **{"class": "tree"}),
+                feature({"type": "Point", "coordinates": [0]}, **{"class": "tree"}),
+            ),
+            "feature 1",
+        ),
+        (
+            collection(
+                feature(
+                    {"type": "Polygon", "coordinates": [[[0, 0], [1, 1], [1, 0], [0, 1], [0, 0]]]},
+                    **{"class": "lot"},
+                )
+            ),
+            "Self-intersection",
+        ),
         (collection(feature(point(0, 0), **{"class": ""})), "class"),
-        ({"type": "FeatureCollection", "crs": {"type": "name", "properties": {"name": "EPSG:3857"}}, "features": []}, "WGS84"),
+        (
+            {
+                "type": "FeatureCollection",
+                "crs": {"type": "name", "properties": {"name": "EPSG:3857"}},
+                "features": [],
+            },
+            "WGS84",
+        ),
     ],
 )
 def test_a_broken_collection_imports_nothing_and_says_why(broken, reason):

@@ -18,7 +18,9 @@ def user():
 @pytest.fixture
 def area():
     house = annotation_create(category="house", geometry=rectangle(-118.52, 34.15, 12, 10))
-    tree = annotation_create(category="tree", geometry=point(-118.5201, 34.1501), attributes={"species": "olive"})
+    tree = annotation_create(
+        category="tree", geometry=point(-118.5201, 34.1501), attributes={"species": "olive"}
+    )
     far = annotation_create(category="tree", geometry=point(-118.40, 34.15))
     return house, tree, far
 
@@ -40,7 +42,9 @@ def test_a_bearer_token_gets_the_feature_collection_of_a_bbox(client, user, area
     house, tree, _ = area
     token = api_token_create(user=user)
 
-    response = client.get(URL, {"bbox": "-118.53,34.14,-118.51,34.16"}, headers={"Authorization": f"Bearer {token}"})
+    response = client.get(
+        URL, {"bbox": "-118.53,34.14,-118.51,34.16"}, headers={"Authorization": f"Bearer {token}"}
+    )
 
     body = response.json()
     assert response.status_code == 200

@@ -310,7 +310,13 @@ async def test_what_is_near_me_uses_the_location_then_the_nearest_annotations(
 
 async def test_a_second_turn_calls_the_tool_again_with_a_new_call_id(client, caller, neighbourhood):
     await _register_location(caller)
-    granted = {"status": "GRANTED", "latitude": 51.5, "longitude": -0.12, "accuracy": 35, "timestamp": 1}
+    granted = {
+        "status": "GRANTED",
+        "latitude": 51.5,
+        "longitude": -0.12,
+        "accuracy": 35,
+        "timestamp": 1,
+    }
     ids = []
     for _ in range(2):
         out = await ask(client, caller, "where am I?")

@@ -11,8 +11,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("file", help="path of a .geojson / .json FeatureCollection")
-        parser.add_argument("--class-property", default="class",
-                            help='the feature property that names the class (default "class")')
+        parser.add_argument(
+            "--class-property",
+            default="class",
+            help='the feature property that names the class (default "class")',
+        )
 
     def handle(self, *args, file: str, class_property: str, **options) -> None:
         path = Path(file)

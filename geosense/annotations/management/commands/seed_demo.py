@@ -12,9 +12,15 @@ class Command(BaseCommand):
     help = "Create the demo user (demo / demo, 100 credits) and a neighbourhood of annotations."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--annotations", type=int, default=2000,
-                            help=f"how many annotations (up to {MAX_DEMO_ANNOTATIONS:,}; default 2,000)")
-        parser.add_argument("--seed", type=int, default=0, help="random seed of the layout (default 0)")
+        parser.add_argument(
+            "--annotations",
+            type=int,
+            default=2000,
+            help=f"how many annotations (up to {MAX_DEMO_ANNOTATIONS:,}; default 2,000)",
+        )
+        parser.add_argument(
+            "--seed", type=int, default=0, help="random seed of the layout (default 0)"
+        )
 
     def handle(self, *args, annotations: int, seed: int, **options) -> None:
         try:
@@ -22,7 +28,11 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         if report.created:
-            replaced = f" (replacing {report.replaced} earlier demo annotations)" if report.replaced else ""
+            replaced = (
+                f" (replacing {report.replaced} earlier demo annotations)"
+                if report.replaced
+                else ""
+            )
             done = f"Seeded {report.created:,} annotations around {report.place}{replaced}"
         else:
             done = f"Already seeded: {report.total:,} annotations around {report.place}, nothing changed"
