@@ -1,4 +1,9 @@
-"""GeoSense settings: everything that differs between machines comes from the environment."""
+"""GeoSense settings: everything that differs between machines comes from the environment.
+
+The environment is the process's own, completed by the local `.env` file that `make run`
+writes on its first run (`geosense/envfile.py`): a real variable always wins over the file.
+`.env.example` lists every variable read here.
+"""
 
 import os
 from pathlib import Path
@@ -6,7 +11,11 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from geosense.envfile import env_file_load
+
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+env_file_load()
 
 
 def _env_bool(name: str, default: bool = False) -> bool:
@@ -77,11 +86,15 @@ TEMPLATES = [
 
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+        os.environ.get("DATABASE_URL", "sqlite:///db.sqlite3"),
         conn_max_age=0,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A relative SQLite path (`sqlite:///db.sqlite3`, as in `.env`) is relative to the
+    # repository root, wherever a command is started from.
+    if DATABASES["default"]["NAME"] != ":memory:":
+        DATABASES["default"]["NAME"] = str(BASE_DIR / DATABASES["default"]["NAME"])
     # Daphne, the turn tasks and test processes write the same file: WAL, a busy timeout and
     # IMMEDIATE transactions keep them from failing with "database is locked".
     DATABASES["default"]["OPTIONS"] = {
@@ -139,6 +152,9 @@ GEOSENSE_LLM_MODEL = os.environ.get("GEOSENSE_LLM_MODEL", "")
 GEOSENSE_LLM_API_KEY = os.environ.get("GEOSENSE_LLM_API_KEY", "")
 GEOSENSE_CLIENT_TOOL_TIMEOUT = float(os.environ.get("GEOSENSE_CLIENT_TOOL_TIMEOUT", "30"))
 GEOSENSE_MAP_TILE_URL = os.environ.get("GEOSENSE_MAP_TILE_URL", "")
+# The local superuser `make run` keeps (`manage.py local_admin`, DEBUG only); `.env` holds it.
+GEOSENSE_ADMIN_USERNAME = os.environ.get("GEOSENSE_ADMIN_USERNAME", "admin")
+GEOSENSE_ADMIN_PASSWORD = os.environ.get("GEOSENSE_ADMIN_PASSWORD", "")
 
 LOGGING = {
     "version": 1,

@@ -7,6 +7,9 @@ Daphne server of the browser tests is another process and uses `geosense.setting
 
 import os
 
+# A developer's `.env` (their model server, their database) is not the suite's: no env file
+# is read, here or in the servers the tests start (they inherit this).
+os.environ["GEOSENSE_ENV_FILE"] = ""
 os.environ.setdefault("SECRET_KEY", "test-secret")
 os.environ.setdefault("DEBUG", "1")
 # A developer's own model server must never be called by the suite: tests that want the

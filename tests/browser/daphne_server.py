@@ -52,6 +52,7 @@ def server_env(*, db_path: Path, extra: dict[str, str] | None = None) -> dict[st
         DEBUG="1",
         SECRET_KEY=SECRET_KEY,
         DATABASE_URL=f"sqlite:///{db_path}",
+        GEOSENSE_ENV_FILE="",  # a developer's .env is not the server's
         PYTHONUNBUFFERED="1",
     )
     env.update(extra or {})

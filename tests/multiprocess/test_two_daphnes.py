@@ -130,6 +130,7 @@ def cluster(tmp_path) -> Iterator[dict]:
             REDIS_URL=f"redis://127.0.0.1:{redis_port}/0",
             DJANGO_SETTINGS_MODULE="geosense.settings",
             GEOSENSE_AGENT="local",
+            GEOSENSE_ENV_FILE="",  # a developer's .env is not the cluster's
         )
         manage(env, "migrate", "--noinput")
         token, session = manage(env, "shell", "-c", SETUP).strip().splitlines()[-1].split()
