@@ -1,0 +1,66 @@
+"""uv.lock holds the exact versions `make run`, `make test` and CI install, and matches
+pyproject.toml (a stale lock fails here and in the Makefile: `make lock` updates it)."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def uv() -> str:
+    path = Path(sys.executable).parent / "uv"  # the Makefile installs it into the venv
+    found = str(path) if path.exists() else shutil.which("uv")
+    assert found, "uv is not installed in this venv: run `make test` (it installs it)"
+    return found
+
+
+def uv_run(uv: str, *args: str, cwd: Path = BASE_DIR) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [uv, *args, "--offline"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "UV_PYTHON_DOWNLOADS": "never", "HOME": str(Path.home())},
+    )
+
+
+def test_the_lock_matches_pyproject(uv):
+    result = uv_run(uv, "lock", "--check")
+    assert result.returncode == 0, result.stderr + "\nrun `make lock` and commit uv.lock"
+
+
+def test_the_tests_run_on_exactly_the_locked_versions(uv):
+    result = uv_run(uv, "sync", "--locked", "--inexact", "--extra", "test", "--check")
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_dependency_added_without_relocking_is_caught(uv, tmp_path):
+    for name in ("pyproject.toml", "uv.lock"):
+        shutil.copy(BASE_DIR / name, tmp_path / name)
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        # sqlparse is locked already (Django needs it): no download, only the mismatch.
+        pyproject.read_text().replace(
+            "dependencies = [\n", 'dependencies = [\n    "sqlparse",\n', 1
+        )
+    )
+
+    result = uv_run(uv, "lock", "--check", "--python", sys.executable, cwd=tmp_path)
+
+    assert result.returncode != 0
+    assert "needs to be updated" in result.stderr
+
+
+def test_every_locked_distribution_has_hashes():
+    lock = (BASE_DIR / "uv.lock").read_text()
+    packages = lock.count("\n[[package]]\n")
+    editable = lock.count('source = { editable = "." }')
+    assert packages > 50
+    assert lock.count("\nsdist = {") + lock.count("\nwheels = [") >= packages - editable
+    assert "hash = " in lock
