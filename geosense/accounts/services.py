@@ -3,6 +3,7 @@
 import hashlib
 import secrets
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import F
@@ -77,3 +78,20 @@ def credit_charge(
             session_id=session_id,
         )
     return credit_balance(user=user)
+
+
+def local_superuser_ensure(*, username: str, password: str) -> bool:
+    """Make `username` an active superuser whose password is `password`; True if created.
+
+    For `make run` only (the caller checks DEBUG): the login printed beside demo/demo must
+    work, so a changed password or a lost staff flag is set back to what `.env` says.
+    """
+    user_model = get_user_model()
+    user, created = user_model.objects.get_or_create(**{user_model.USERNAME_FIELD: username})
+    if not (user.is_active and user.is_staff and user.is_superuser):
+        user.is_active = user.is_staff = user.is_superuser = True
+        user.save(update_fields=["is_active", "is_staff", "is_superuser"])
+    if created or not user.check_password(password):
+        user.set_password(password)
+        user.save(update_fields=["password"])
+    return created
