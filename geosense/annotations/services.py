@@ -319,3 +319,25 @@ def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:
         total=annotations,
         demo_user_created=user_created,
     )
+
+
+def demo_reset(*, annotations: int = 2000, seed: int = 0) -> tuple[SeedReport, int]:
+    """Put the demo back as `make run` first made it; returns the seed report and how many
+    deleted demo annotations came back.
+
+    Deleted demo annotations are restored (their ids, which chat sessions refer to, are kept),
+    a set that is incomplete or of another size is seeded again, and the demo user gets its
+    password, an active account and its starting credits back. Chat sessions are kept.
+    """
+    with transaction.atomic():
+        deleted = Annotation.all_objects.filter(
+            source=f"{SEED_SOURCE}{seed}:{annotations}", deleted_at__isnull=False
+        ).values_list("id", flat=True)
+        restored = annotations_restore(ids=list(deleted))
+        report = demo_seed(annotations=annotations, seed=seed)
+        user = get_user_model().objects.get(username=DEMO_USERNAME)
+        user.is_active = True
+        user.set_password(DEMO_PASSWORD)
+        user.save(update_fields=["is_active", "password"])
+        credit_set(user=user, balance=DEMO_CREDITS)
+    return report, len(restored)

@@ -77,3 +77,37 @@ def test_import_geojson_of_broken_json_imports_nothing_and_says_why(tmp_path):
     with pytest.raises(CommandError, match=r"not valid JSON.*nothing imported"):
         run("import_geojson", str(path))
     assert Annotation.all_objects.count() == 0
+
+
+def test_seed_demo_reset_restores_deleted_demo_annotations_with_their_ids_and_the_credits():
+    from geosense.accounts.services import credit_balance, credit_set
+    from geosense.annotations.models import AnnotationRevision
+    from geosense.annotations.services import annotations_soft_delete
+
+    run("seed_demo", "--annotations", "300")
+    ids = sorted(Annotation.objects.values_list("id", flat=True))
+    annotations_soft_delete(ids=ids[:3])
+    demo = get_user_model().objects.get(username="demo")
+    credit_set(user=demo, balance=7)
+    demo.set_password("forgotten")
+    demo.is_active = False
+    demo.save()
+    revision = AnnotationRevision.current()
+
+    output = run("seed_demo", "--annotations", "300", "--reset")
+
+    assert "Demo reset: 300 annotations" in output
+    assert "3 deleted ones restored" in output
+    assert sorted(Annotation.objects.values_list("id", flat=True)) == ids
+    assert AnnotationRevision.current() != revision  # every process's index sees it
+    demo.refresh_from_db()
+    assert demo.is_active and demo.check_password("demo")
+    assert credit_balance(user=demo) == 100
+
+
+def test_seed_demo_reset_on_an_empty_database_seeds_it():
+    output = run("seed_demo", "--annotations", "50", "--reset")
+
+    assert "Seeded 50 annotations" in output
+    assert Annotation.objects.count() == 50
+    assert get_user_model().objects.get(username="demo").check_password("demo")

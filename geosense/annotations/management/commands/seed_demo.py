@@ -1,9 +1,11 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from geosense.annotations.services import (
+    DEMO_CREDITS,
     DEMO_PASSWORD,
     DEMO_USERNAME,
     MAX_DEMO_ANNOTATIONS,
+    demo_reset,
     demo_seed,
 )
 
@@ -21,10 +23,18 @@ class Command(BaseCommand):
         parser.add_argument(
             "--seed", type=int, default=0, help="random seed of the layout (default 0)"
         )
+        parser.add_argument(
+            "--reset",
+            action="store_true",
+            help="also restore deleted demo annotations, demo's password and its credits",
+        )
 
-    def handle(self, *args, annotations: int, seed: int, **options) -> None:
+    def handle(self, *args, annotations: int, seed: int, reset: bool, **options) -> None:
         try:
-            report = demo_seed(annotations=annotations, seed=seed)
+            if reset:
+                report, restored = demo_reset(annotations=annotations, seed=seed)
+            else:
+                report, restored = demo_seed(annotations=annotations, seed=seed), 0
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         if report.created:
@@ -34,6 +44,12 @@ class Command(BaseCommand):
                 else ""
             )
             done = f"Seeded {report.created:,} annotations around {report.place}{replaced}"
+        elif reset:
+            done = f"{report.total:,} annotations around {report.place}" + (
+                f", {restored:,} deleted ones restored" if restored else ", none was deleted"
+            )
         else:
             done = f"Already seeded: {report.total:,} annotations around {report.place}, nothing changed"
+        if reset:
+            done = f"Demo reset: {done}; {DEMO_CREDITS} credits"
         self.stdout.write(f"{done}; demo user: {DEMO_USERNAME} / {DEMO_PASSWORD}")
