@@ -1,0 +1,125 @@
+"""A fresh clone as a new user meets it: the project's files in a new folder, a shell with none
+of the project's variables, and `make run` in the background until it serves the login page.
+
+Used by `test_fresh_clone.py` and by `bench/cold_run.py` (which times it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+_NEVER_INHERITED = {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "UV_PROJECT_ENVIRONMENT"}
+
+
+def project_variables() -> set[str]:
+    """Every variable `.env.example` documents: the project's, never a new user's."""
+    text = (BASE_DIR / ".env.example").read_text()
+    return set(re.findall(r"(?m)^#\s*([A-Z][A-Z0-9_]*)=", text))
+
+
+def clean_environment(**extra: str) -> dict[str, str]:
+    """This machine's environment (TLS roots, proxies, pip's index, caches) without anything of
+    the project's (its variables, `GEOSENSE_*`, `DJANGO_*`) or of the caller's venv."""
+    unwanted = project_variables() | _NEVER_INHERITED
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in unwanted and not name.startswith(("GEOSENSE_", "DJANGO_"))
+    }
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "").split(os.pathsep) if p and p != venv_bin
+    )
+    env.update(extra)
+    return env
+
+
+def checkout_copy(dest: Path) -> None:
+    """Copy what a clone of this checkout would hold, with the work tree's changes: tracked
+    and new files, never ignored ones (`.venv`, `.env`, `db.sqlite3`)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=BASE_DIR,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = BASE_DIR / name
+        if not source.exists() and not source.is_symlink():  # deleted, not yet committed
+            continue
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class MakeRun:
+    """`make run` in its own process group, its output in `log`."""
+
+    process: subprocess.Popen
+    port: int
+    log: Path
+
+    @classmethod
+    def start(cls, folder: Path, log: Path, env: dict[str, str] | None = None) -> MakeRun:
+        port = free_port()
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                ["make", "run", f"PORT={port}"],
+                cwd=folder,
+                env=clean_environment() if env is None else env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return cls(process, port, log)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_served(self, timeout: float) -> None:
+        """Return once the login page answers 200; raise if `make run` stops or times out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"make run exited {self.process.returncode}:\n{self.output()}")
+            try:
+                with urllib.request.urlopen(self.url + "accounts/login/", timeout=2) as page:
+                    if page.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"make run served nothing in {timeout:.0f} s:\n{self.output()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
