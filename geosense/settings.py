@@ -47,7 +47,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
-    "template_partials",
     "geosense.accounts",
     "geosense.annotations",
     "tools",
