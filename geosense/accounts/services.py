@@ -12,6 +12,9 @@ from django.utils import timezone
 from .models import ApiToken, CreditAccount, CreditCharge
 
 TOKEN_PREFIX = "gs_"
+DEMO_USERNAME = "demo"
+DEMO_PASSWORD = "demo"
+DEMO_CREDITS = 100
 
 
 class InsufficientCredits(Exception):
@@ -95,3 +98,28 @@ def local_superuser_ensure(*, username: str, password: str) -> bool:
         user.set_password(password)
         user.save(update_fields=["password"])
     return created
+
+
+def demo_user_ensure() -> bool:
+    """Create demo/demo with its credits if missing; an existing user is left as it is.
+
+    Returns whether the user was created.
+    """
+    user_model = get_user_model()
+    user = user_model.objects.filter(username=DEMO_USERNAME).first()
+    created = user is None
+    if user is None:
+        user = user_model.objects.create_user(username=DEMO_USERNAME, password=DEMO_PASSWORD)
+    if not CreditAccount.objects.filter(user=user).exists():
+        credit_set(user=user, balance=DEMO_CREDITS)
+    return created
+
+
+def demo_user_reset() -> None:
+    """Give the demo user back its password, an active account and its starting credits."""
+    demo_user_ensure()
+    user = get_user_model().objects.get(username=DEMO_USERNAME)
+    user.is_active = True
+    user.set_password(DEMO_PASSWORD)
+    user.save(update_fields=["is_active", "password"])
+    credit_set(user=user, balance=DEMO_CREDITS)

@@ -4,6 +4,8 @@ import uuid
 
 from django.db import models
 
+from .types import CLASS_MAX_LENGTH
+
 
 class LiveAnnotationManager(models.Manager):
     """Every query of the app goes through this manager: soft-deleted annotations vanish."""
@@ -14,7 +16,7 @@ class LiveAnnotationManager(models.Manager):
 
 class Annotation(models.Model):
     # The integer id is the one the agent and the markup talk about (`<ref id>`, `ids`).
-    category = models.CharField("class", max_length=64, db_index=True)
+    category = models.CharField("class", max_length=CLASS_MAX_LENGTH, db_index=True)
     # WGS84 GeoJSON geometry (Point, LineString or Polygon): portable across SQLite and
     # PostgreSQL; the bounding box columns below make bbox filters indexable.
     geometry = models.JSONField()

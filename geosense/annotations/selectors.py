@@ -27,6 +27,7 @@ from .types import (
     NearestHit,
     OverlapPair,
     SimilarHit,
+    SimilarSearch,
     VectorNotFound,
     WithinPairs,
 )
@@ -379,3 +380,14 @@ def annotations_similar(
         )
         for i in order
     ]
+
+
+def annotations_similar_by_hint(
+    *, samples: Sequence[tuple[int, str | None]], hint: str | None, k: int
+) -> SimilarSearch:
+    """The reader's find-similar search (a block's button): the hint is the class to search
+    when it names one; any other hint searches the first sample's class, as a model's hint is
+    free text ("pools", "big ones")."""
+    category = hint if hint and hint in annotation_counts() else None
+    hits = annotations_similar(samples=samples, category=category, k=k)
+    return SimilarSearch(category=hits[0].category if hits else category, hits=hits)

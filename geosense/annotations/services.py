@@ -1,5 +1,8 @@
 """Writes to annotations: create, import, soft-delete and restore, and the demo neighbourhood.
 
+The demo user is the accounts' concern (`geosense.accounts.services.demo_user_ensure`); the
+`seed_demo` command runs both.
+
 Every write that bypasses `Model.save` bumps `AnnotationRevision`, so that the spatial
 indexes cached in every process rebuild on their next query.
 """
@@ -11,12 +14,8 @@ from typing import Any
 
 import numpy as np
 import shapely
-from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
-
-from geosense.accounts.models import CreditAccount
-from geosense.accounts.services import credit_set
 
 from . import demo
 from .geometry import (
@@ -30,14 +29,11 @@ from .geometry import (
     size_attribute,
 )
 from .models import Annotation, AnnotationRevision
-from .types import DEFAULT_VECTOR, GeometryError, SeedReport
+from .types import CLASS_MAX_LENGTH, DEFAULT_VECTOR, GeometryError, SeedReport
 
-MAX_CATEGORY_LENGTH = 64
 MAX_VECTOR_SIZE = 4096
+VECTOR_NAME_MAX_LENGTH = 64
 MAX_DEMO_ANNOTATIONS = 200_000
-DEMO_USERNAME = "demo"
-DEMO_PASSWORD = "demo"
-DEMO_CREDITS = 100
 SEED_SOURCE = "seed_demo:"
 INSERT_BATCH = 2_000
 
@@ -50,8 +46,8 @@ def _category_clean(category: Any) -> str:
     if not isinstance(category, str | int) or isinstance(category, bool):
         raise ValueError("a class must be a string")
     text = str(category).strip()
-    if not text or len(text) > MAX_CATEGORY_LENGTH:
-        raise ValueError(f"a class must have 1 to {MAX_CATEGORY_LENGTH} characters")
+    if not text or len(text) > CLASS_MAX_LENGTH:
+        raise ValueError(f"a class must have 1 to {CLASS_MAX_LENGTH} characters")
     return text
 
 
@@ -60,7 +56,7 @@ def _vectors_clean(vectors: Any) -> dict[str, list[float]]:
         raise ValueError("vectors must be an object of name → list of numbers")
     clean: dict[str, list[float]] = {}
     for name, vector in vectors.items():
-        if not isinstance(name, str) or not name or len(name) > MAX_CATEGORY_LENGTH:
+        if not isinstance(name, str) or not name or len(name) > VECTOR_NAME_MAX_LENGTH:
             raise ValueError("a vector name must be a short non-empty string")
         if (
             not isinstance(vector, list)
@@ -263,20 +259,8 @@ def annotations_import_geojson(
         )
 
 
-def _demo_user_ensure() -> bool:
-    """Create demo/demo with its credits if missing; an existing user is left as it is."""
-    user_model = get_user_model()
-    user = user_model.objects.filter(username=DEMO_USERNAME).first()
-    created = user is None
-    if user is None:
-        user = user_model.objects.create_user(username=DEMO_USERNAME, password=DEMO_PASSWORD)
-    if not CreditAccount.objects.filter(user=user).exists():
-        credit_set(user=user, balance=DEMO_CREDITS)
-    return created
-
-
 def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:
-    """The demo user and a neighbourhood of `annotations` features around a real place.
+    """A neighbourhood of `annotations` features around a real place.
 
     Idempotent: the rows carry `seed_demo:<seed>:<count>` in `source`; a second run with the
     same arguments changes nothing, other arguments replace the earlier demo rows.
@@ -285,7 +269,6 @@ def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:
         raise ValueError(f"--annotations must be between 0 and {MAX_DEMO_ANNOTATIONS}")
     marker = f"{SEED_SOURCE}{seed}:{annotations}"
     with transaction.atomic():
-        user_created = _demo_user_ensure()
         earlier = Annotation.all_objects.filter(source__startswith=SEED_SOURCE)
         if (
             earlier.filter(source=marker).count() == annotations
@@ -296,7 +279,6 @@ def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:
                 created=0,
                 replaced=0,
                 total=annotations,
-                demo_user_created=user_created,
             )
         replaced, _ = earlier.delete()
         features = demo.demo_features(count=annotations, seed=seed)
@@ -317,17 +299,16 @@ def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:
         created=created,
         replaced=replaced,
         total=annotations,
-        demo_user_created=user_created,
     )
 
 
 def demo_reset(*, annotations: int = 2000, seed: int = 0) -> tuple[SeedReport, int]:
-    """Put the demo back as `make run` first made it; returns the seed report and how many
-    deleted demo annotations came back.
+    """Put the demo neighbourhood back as `make run` first made it; returns the seed report and
+    how many deleted demo annotations came back.
 
     Deleted demo annotations are restored (their ids, which chat sessions refer to, are kept),
-    a set that is incomplete or of another size is seeded again, and the demo user gets its
-    password, an active account and its starting credits back. Chat sessions are kept.
+    a set that is incomplete or of another size is seeded again. (The demo user is reset by
+    `geosense.accounts.services.demo_user_reset`; `seed_demo --reset` runs both.)
     """
     with transaction.atomic():
         deleted = Annotation.all_objects.filter(
@@ -335,9 +316,4 @@ def demo_reset(*, annotations: int = 2000, seed: int = 0) -> tuple[SeedReport, i
         ).values_list("id", flat=True)
         restored = annotations_restore(ids=list(deleted))
         report = demo_seed(annotations=annotations, seed=seed)
-        user = get_user_model().objects.get(username=DEMO_USERNAME)
-        user.is_active = True
-        user.set_password(DEMO_PASSWORD)
-        user.save(update_fields=["is_active", "password"])
-        credit_set(user=user, balance=DEMO_CREDITS)
     return report, len(restored)

@@ -10,6 +10,13 @@ BBox = tuple[float, float, float, float]
 """(min_lon, min_lat, max_lon, max_lat) in WGS84 degrees."""
 
 DEFAULT_VECTOR = "shape"
+#: A class name ("house", "pool") has 1 to this many characters (the models, imports and the
+#: tools' schemas all use it).
+CLASS_MAX_LENGTH = 64
+#: A similarity search takes at most this many samples and returns at most this many hits
+#: (the `similarity_search` tool and the page's find-similar button alike).
+SIMILAR_SAMPLES_MAX = 20
+SIMILAR_K_MAX = 200
 
 
 class AnnotationNotFound(LookupError):
@@ -92,6 +99,14 @@ class SimilarHit:
 
 
 @dataclass(frozen=True, slots=True)
+class SimilarSearch:
+    """A find-similar search as the reader runs it: the class searched and its hits."""
+
+    category: str | None
+    hits: list[SimilarHit]
+
+
+@dataclass(frozen=True, slots=True)
 class AnnotationMeasures:
     id: int
     category: str
@@ -111,4 +126,3 @@ class SeedReport:
     created: int
     replaced: int
     total: int
-    demo_user_created: bool

@@ -25,6 +25,7 @@ def test_seed_demo_says_what_it_did_and_then_that_nothing_changed():
     assert "demo / demo" in first
     assert "nothing changed" in second
     assert Annotation.objects.count() == 300
+    assert get_user_model().objects.get(username="demo").check_password("demo")
 
 
 def test_api_token_prints_one_line_that_authenticates_the_user():

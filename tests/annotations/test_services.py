@@ -1,7 +1,5 @@
 import pytest
-from django.contrib.auth import get_user_model
 
-from geosense.accounts.services import credit_balance, credit_set
 from geosense.annotations.models import Annotation
 from geosense.annotations.selectors import annotation_counts, annotation_list, annotations_similar
 from geosense.annotations.services import (
@@ -23,12 +21,9 @@ def rows():
     )
 
 
-def test_seed_creates_the_demo_user_with_100_credits_and_the_neighbourhood():
+def test_seed_creates_the_neighbourhood():
     report = demo_seed(annotations=600, seed=1)
 
-    user = get_user_model().objects.get(username="demo")
-    assert user.check_password("demo")
-    assert credit_balance(user=user) == 100
     assert report.created == 600
     assert sum(annotation_counts().values()) == 600
     assert {"house", "pool", "tree", "road"} <= set(annotation_counts())
@@ -36,15 +31,12 @@ def test_seed_creates_the_demo_user_with_100_credits_and_the_neighbourhood():
 
 def test_seeding_twice_with_the_same_arguments_changes_nothing():
     demo_seed(annotations=500, seed=3)
-    user = get_user_model().objects.get(username="demo")
-    credit_set(user=user, balance=42)
     before = rows()
 
     report = demo_seed(annotations=500, seed=3)
 
     assert report.created == 0
     assert rows() == before
-    assert credit_balance(user=get_user_model().objects.get(username="demo")) == 42
 
 
 def test_the_same_seed_builds_the_same_neighbourhood():

@@ -1,13 +1,14 @@
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
-from geosense.annotations.services import (
+from geosense.accounts.services import (
     DEMO_CREDITS,
     DEMO_PASSWORD,
     DEMO_USERNAME,
-    MAX_DEMO_ANNOTATIONS,
-    demo_reset,
-    demo_seed,
+    demo_user_ensure,
+    demo_user_reset,
 )
+from geosense.annotations.services import MAX_DEMO_ANNOTATIONS, demo_reset, demo_seed
 
 
 class Command(BaseCommand):
@@ -31,10 +32,13 @@ class Command(BaseCommand):
 
     def handle(self, *args, annotations: int, seed: int, reset: bool, **options) -> None:
         try:
-            if reset:
-                report, restored = demo_reset(annotations=annotations, seed=seed)
-            else:
-                report, restored = demo_seed(annotations=annotations, seed=seed), 0
+            with transaction.atomic():
+                if reset:
+                    report, restored = demo_reset(annotations=annotations, seed=seed)
+                    demo_user_reset()
+                else:
+                    report, restored = demo_seed(annotations=annotations, seed=seed), 0
+                    demo_user_ensure()
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         if report.created:
