@@ -133,7 +133,8 @@ def django_ready(database: Path, redis_url: str | None) -> tuple[str, str]:
 async def engine(session: str, calls: int) -> list[float]:
     from asgiref.sync import sync_to_async
 
-    from tools.client import client_tool_request, client_toolset_of_session
+    from chat.selectors import client_toolset_of_session
+    from tools.client import client_tool_request
 
     deadline = time.monotonic() + 60
     toolset = None

@@ -6,6 +6,7 @@ from .models import (
     Approval,
     Artifact,
     ChatSession,
+    ClientToolRegistration,
     Message,
     PendingDecision,
 )
@@ -92,8 +93,8 @@ class ApprovalAdmin(admin.ModelAdmin):
 
 @admin.register(PendingDecision)
 class PendingDecisionAdmin(admin.ModelAdmin):
-    list_display = ("id", "name", "status", "session_link", "answered_at", "created")
-    list_filter = ("status", "name")
+    list_display = ("id", "tool_name", "status", "session_link", "decided_at", "created")
+    list_filter = ("status", "tool_name")
     readonly_fields = [f.name for f in PendingDecision._meta.fields]
 
     @admin.display(description="session")
@@ -115,3 +116,9 @@ class ArtifactAdmin(admin.ModelAdmin):
     list_filter = ("kind",)
     search_fields = ("artifact_id",)
     readonly_fields = [f.name for f in Artifact._meta.fields]
+
+
+@admin.register(ClientToolRegistration)
+class ClientToolRegistrationAdmin(admin.ModelAdmin):
+    list_display = ("channel_name", "session", "updated")
+    readonly_fields = ("channel_name", "session", "tools", "updated")

@@ -1,4 +1,8 @@
-"""The JSON and streaming HTTP API of ../shared/CONTRACT.md. Thin: parse, call, answer."""
+"""The JSON and streaming HTTP API (docs/protocol.md). Thin: parse, call a service, answer.
+
+The domain refuses in its own terms (`TurnRequestInvalid`, `SessionBusy`, `PauseNotFound`,
+`PauseConflict`, `AnswerInvalid`); the HTTP status of each is decided here, in `REFUSALS`.
+"""
 
 import asyncio
 import json
@@ -10,18 +14,24 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from geosense.annotations.selectors import annotations_similar
-from geosense.annotations.types import AnnotationNotFound, VectorNotFound
+from geosense.annotations.selectors import annotations_similar_by_hint
+from geosense.annotations.types import (
+    SIMILAR_K_MAX,
+    SIMILAR_SAMPLES_MAX,
+    AnnotationNotFound,
+    VectorNotFound,
+)
+from geosense.wire import TurnEvent, sse_frame
 
 from . import selectors, services
-from .events import TurnEvent
+from .approvals import AnswerInvalid, PauseConflict, PauseNotFound
 from .models import ChatSession
 from .turns import (
     ApprovalAnswer,
     DecisionAnswer,
     NewMessage,
     PreparedTurn,
-    TurnRefused,
+    TurnRequestInvalid,
     turn_launch,
     turn_prepare,
 )
@@ -30,10 +40,26 @@ KEEPALIVE_SECONDS = 15.0
 MAX_TEXT_LENGTH = 20_000
 
 
+# How each refusal of the domain answers, before any stream starts.
+REFUSALS: tuple[tuple[type[Exception], int], ...] = (
+    (TurnRequestInvalid, 400),
+    (AnswerInvalid, 400),
+    (PauseNotFound, 404),
+    (PauseConflict, 409),
+    (services.SessionBusy, 409),
+)
+
+
 class BadRequest(Exception):
+    """A body this module cannot parse; `status` is its HTTP answer (400, or 413 too large)."""
+
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+def _refused(exc: Exception) -> JsonResponse:
+    return _error(str(exc), next(status for kind, status in REFUSALS if isinstance(exc, kind)))
 
 
 def _error(message: str, status: int) -> JsonResponse:
@@ -147,10 +173,6 @@ async def artifact_detail(request: HttpRequest, session_id, artifact_id: str) ->
 # --- turns as Server-Sent Events -------------------------------------------------------------
 
 
-def _sse(event: TurnEvent) -> str:
-    return f"event: {event.event}\ndata: {json.dumps(event.data, ensure_ascii=False)}\n\n"
-
-
 async def _follow(prepared: PreparedTurn) -> AsyncIterator[str]:
     """Stream a turn's events. The turn is a task of its own: if this client goes away,
     Django cancels this iterator and the turn still runs to its end and is stored."""
@@ -165,7 +187,7 @@ async def _follow(prepared: PreparedTurn) -> AsyncIterator[str]:
                 return
             yield ": keep-alive\n\n"
             continue
-        yield _sse(event)
+        yield sse_frame(event)
         if event.event == "turn_end":
             return
 
@@ -187,8 +209,8 @@ async def _start(request: HttpRequest, session_id, parse) -> HttpResponse:
         prepared = await turn_prepare(session_id=session.pk, user=user, request=turn_request)
     except BadRequest as exc:
         return _error(str(exc), exc.status)
-    except TurnRefused as exc:
-        return _error(str(exc), exc.status)
+    except tuple(kind for kind, _ in REFUSALS) as exc:
+        return _refused(exc)
     return _stream_response(prepared)
 
 
@@ -243,8 +265,10 @@ async def find_similar(request: HttpRequest, session_id) -> JsonResponse:
     try:
         body = _body(request)
         samples = body.get("samples")
-        if not isinstance(samples, list) or not samples or len(samples) > 20:
-            raise BadRequest("samples must be a list of 1 to 20 {id, v?} objects")
+        if not isinstance(samples, list) or not samples or len(samples) > SIMILAR_SAMPLES_MAX:
+            raise BadRequest(
+                f"samples must be a list of 1 to {SIMILAR_SAMPLES_MAX} {{id, v?}} objects"
+            )
         pairs = []
         for sample in samples:
             if (
@@ -259,29 +283,20 @@ async def find_similar(request: HttpRequest, session_id) -> JsonResponse:
             pairs.append((sample["id"], v))
         hint = body.get("hint")
         k = body.get("k", 20)
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 200:
-            raise BadRequest("k must be an integer from 1 to 200")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= SIMILAR_K_MAX:
+            raise BadRequest(f"k must be an integer from 1 to {SIMILAR_K_MAX}")
     except BadRequest as exc:
         return _error(str(exc), exc.status)
-    category = hint if isinstance(hint, str) and hint else None
     try:
-        hits = await sync_to_async(_similar)(samples=pairs, category=category, k=k)
+        search = await sync_to_async(annotations_similar_by_hint)(
+            samples=pairs, hint=hint if isinstance(hint, str) else None, k=k
+        )
     except (AnnotationNotFound, VectorNotFound) as exc:
         return _error(str(exc), 404)
-    return JsonResponse(hits)
-
-
-def _similar(
-    *, samples: list[tuple[int, str | None]], category: str | None, k: int
-) -> dict[str, Any]:
-    from geosense.annotations.selectors import annotation_counts
-
-    if category is not None and category not in annotation_counts():
-        category = None  # a hint that is no class: search the first sample's class
-    hits = annotations_similar(samples=samples, category=category, k=k)
-    found_class = hits[0].category if hits else category
-    return {
-        "class": found_class,
-        "ids": [h.id for h in hits],
-        "scores": [round(h.score, 4) for h in hits],
-    }
+    return JsonResponse(
+        {
+            "class": search.category,
+            "ids": [h.id for h in search.hits],
+            "scores": [round(h.score, 4) for h in search.hits],
+        }
+    )

@@ -1,8 +1,9 @@
 """The session socket (`/ws/chat/`): one per browser tab, bound to one chat session.
 
 It relays the bound session's live turn events to the page and carries client-tool calls
-between the turn engine (any process, through the channel layer) and the page. Frames are
-described in docs/protocol.md; validation and storage live in tools/client.py.
+between the turn engine (any process, through the channel layer) and the page. Frames and
+channel-layer messages are defined in `geosense.wire` and described for users in
+docs/protocol.md; declarations are validated by `tools.client`, stored by `chat.services`.
 """
 
 import contextlib
@@ -13,29 +14,22 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from chat import services
 from chat.events import session_group
 from chat.models import ChatSession
+from geosense import wire
 from tools.client import (
     CLIENT_ERROR_MAX_CHARS,
-    CLIENT_TOOL_ANSWER,
     TOOLS_PER_SOCKET_MAX,
     WENT_AWAY,
     ClientTool,
     ClientToolRefused,
     client_tool_declare,
-    client_tools_register,
-    client_tools_unregister,
 )
+from tools.registry import backend_tool_names
 
 FRAME_MAX_CHARS = 256 * 1024
 CLOSE_UNAUTHENTICATED = 4401
-
-
-def _backend_names() -> frozenset[str]:
-    # Imported late: the backend registry pulls in the annotations services.
-    from tools.registry import backend_tool_names
-
-    return backend_tool_names()
 
 
 @database_sync_to_async
@@ -49,12 +43,12 @@ def _session_of_user(*, user, session: object) -> ChatSession | None:
 
 @database_sync_to_async
 def _register(*, channel_name: str, session_id, tools: list[ClientTool]) -> None:
-    client_tools_register(channel_name=channel_name, session_id=session_id, tools=tools)
+    services.client_tools_register(channel_name=channel_name, session_id=session_id, tools=tools)
 
 
 @database_sync_to_async
 def _unregister(*, channel_name: str) -> None:
-    client_tools_unregister(channel_name=channel_name)
+    services.client_tools_unregister(channel_name=channel_name)
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -79,11 +73,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             with contextlib.suppress(Exception):
                 await self.channel_layer.send(
                     reply_to,
-                    {
-                        "type": CLIENT_TOOL_ANSWER,
-                        "correlation_id": correlation_id,
-                        "failure": WENT_AWAY,
-                    },
+                    wire.client_tool_failure_message(
+                        correlation_id=correlation_id, failure=WENT_AWAY
+                    ),
                 )
         if getattr(self, "session_id", None) is not None:
             await self.channel_layer.group_discard(
@@ -108,10 +100,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         handler = self.handlers.get(frame["type"])
         if handler is None:
             return await self.error(400, f"unknown frame type {frame['type'][:64]!r}")
-        await handler(self, frame)
+        try:
+            await handler(self, frame)
+        except wire.FrameInvalid as exc:
+            await self.error(400, str(exc))
 
     async def error(self, status: int, error: str, **extra: Any) -> None:
-        await self.send_json({"type": "error", "status": status, "error": error, **extra})
+        await self.send_json(wire.error_frame(status, error, **extra))
 
     # --- client frames ----------------------------------------------------------------------
 
@@ -132,19 +127,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 await _register(
                     channel_name=self.channel_name, session_id=session.pk, tools=self.tools
                 )
-        await self.send_json({"type": "session-bound", "session": str(session.pk)})
+        await self.send_json(wire.session_bound_frame(session.pk))
 
     async def client_tool_register(self, frame: dict) -> None:
         if self.session_id is None:
             return await self.error(403, "requires a bound session")
-        declared = frame.get("tools")
-        if not isinstance(declared, list):
-            return await self.error(400, "client-tool-register needs a list of tools")
+        declared = wire.client_tool_register_parse(frame)["tools"]
         if len(declared) > TOOLS_PER_SOCKET_MAX:
             return await self.error(
                 400, f"a socket may register at most {TOOLS_PER_SOCKET_MAX} tools"
             )
-        backend_names = _backend_names()
+        backend_names = backend_tool_names()
         tools: dict[str, ClientTool] = {}
         for index, raw in enumerate(declared):
             try:
@@ -160,56 +153,37 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await _register(
             channel_name=self.channel_name, session_id=self.session_id, tools=self.tools
         )
-        await self.send_json({"type": "client-tool-registered", "tools": list(tools)})
+        await self.send_json(wire.client_tool_registered_frame(list(tools)))
 
     async def client_tool_result(self, frame: dict) -> None:
-        correlation_id = frame.get("correlationId")
-        has_result, has_error = "result" in frame, "error" in frame
-        if not isinstance(correlation_id, str) or has_result == has_error:
-            return await self.error(
-                400, "client-tool-result needs a correlationId and exactly one of result or error"
-            )
-        if has_result and not isinstance(frame["result"], dict):
-            return await self.error(400, "result must be a JSON object")
-        if has_error and not isinstance(frame["error"], str):
-            return await self.error(400, "error must be a string")
+        result = wire.client_tool_result_parse(frame)
+        correlation_id = result["correlationId"]
         reply_to = self.calls.pop(correlation_id, None)
         if reply_to is None:
             return await self.error(
-                404, "unknown correlation id", correlationId=correlation_id[:64]
+                404, "unknown correlation id", correlation_id=correlation_id[:64]
             )
-        answer: dict[str, Any] = {"type": CLIENT_TOOL_ANSWER, "correlation_id": correlation_id}
-        if has_result:
-            answer["result"] = frame["result"]
-        else:
-            answer["error"] = frame["error"][:CLIENT_ERROR_MAX_CHARS]
-        await self.channel_layer.send(reply_to, answer)
-
-    handlers = {
-        "session-bind": session_bind,
-        "client-tool-register": client_tool_register,
-        "client-tool-result": client_tool_result,
-    }
-
-    # --- channel-layer messages -------------------------------------------------------------
-
-    async def turn_event(self, message: dict) -> None:
-        await self.send_json({"type": "event", "event": message["event"], "data": message["data"]})
-
-    async def client_tool_invoke(self, message: dict) -> None:
-        self.calls[message["correlation_id"]] = message["reply_to"]
-        await self.send_json(
-            {
-                "type": "client-tool-invoke",
-                "correlationId": message["correlation_id"],
-                "name": message["name"],
-                "arguments": message["arguments"],
-            }
+        await self.channel_layer.send(
+            reply_to,
+            wire.client_tool_answer_message(result, error_max_chars=CLIENT_ERROR_MAX_CHARS),
         )
 
-    async def client_tool_forget(self, message: dict) -> None:
+    handlers = {
+        wire.SESSION_BIND: session_bind,
+        wire.CLIENT_TOOL_REGISTER: client_tool_register,
+        wire.CLIENT_TOOL_RESULT: client_tool_result,
+    }
+
+    # --- channel-layer messages (geosense.wire): one method per message type ----------------
+
+    async def turn_event(self, message: wire.TurnEventMessage) -> None:
+        await self.send_json(wire.event_frame(message))
+
+    async def client_tool_invoke(self, message: wire.ClientToolInvokeMessage) -> None:
+        self.calls[message["correlation_id"]] = message["reply_to"]
+        await self.send_json(wire.client_tool_invoke_frame(message))
+
+    async def client_tool_forget(self, message: wire.ClientToolForgetMessage) -> None:
         """The engine stopped waiting (time-out, cancelled turn): the page may drop its card."""
         if self.calls.pop(message["correlation_id"], None) is not None:
-            await self.send_json(
-                {"type": "client-tool-cancelled", "correlationId": message["correlation_id"]}
-            )
+            await self.send_json(wire.client_tool_cancelled_frame(message["correlation_id"]))

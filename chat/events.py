@@ -1,45 +1,26 @@
-"""Turn events: one vocabulary for the HTTP stream and the session socket.
+"""Where a turn's events go: its local listeners, then the session's sockets.
 
-The engine persists first, then emits (ENGINE.md invariant 5). Emitting goes to the
-turn's local listeners (an SSE response following the turn) and to the session's
-channel-layer group, where every socket bound to the session relays it.
+The engine persists first, then emits (docs/architecture.md, "Engine invariants", 5). The
+events and their data are defined in `geosense.wire`; emitting goes to the turn's local
+listeners (an SSE response following the turn) and to the session's channel-layer group,
+where every socket bound to the session relays it.
 """
 
 import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
 
 from channels.layers import get_channel_layer
 
+from geosense.wire import TurnEvent, turn_event_message
+
 logger = logging.getLogger(__name__)
-
-EventName = Literal[
-    "turn_start",
-    "text_delta",
-    "backend_thinking",
-    "backend_tool_call",
-    "client_tool_call",
-    "message",
-    "error",
-    "turn_end",
-]
-
-
-@dataclass(frozen=True)
-class TurnEvent:
-    event: EventName
-    data: dict[str, Any]
 
 
 def session_group(session_id: object) -> str:
     """The channel-layer group of a session's bound sockets."""
     return f"chat.session.{str(session_id).replace('-', '')}"
-
-
-# The group message type the consumer handles (`turn_event`).
-GROUP_TURN_EVENT = "turn.event"
 
 
 @dataclass
@@ -51,29 +32,23 @@ class EventSink:
 
     session_id: object
     listeners: list[Callable[[TurnEvent], None]] = field(default_factory=list)
-    broadcast: bool = True
 
-    async def emit(self, event: EventName, data: dict[str, Any]) -> None:
-        item = TurnEvent(event, data)
+    async def emit(self, event: TurnEvent) -> None:
         for listener in list(self.listeners):
             try:
-                listener(item)
+                listener(event)
             except Exception:  # a broken listener must not break the turn
                 logger.exception("turn event listener failed; dropping it")
                 self.listeners.remove(listener)
-        if self.broadcast:
-            await _group_send(self.session_id, item)
+        await _group_send(self.session_id, event)
 
 
-async def _group_send(session_id: object, item: TurnEvent) -> None:
+async def _group_send(session_id: object, event: TurnEvent) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        await layer.group_send(
-            session_group(session_id),
-            {"type": GROUP_TURN_EVENT, "event": item.event, "data": item.data},
-        )
+        await layer.group_send(session_group(session_id), turn_event_message(event))
     except asyncio.CancelledError:
         raise
     except Exception:  # the socket side is best effort; the database is the record

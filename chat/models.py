@@ -2,7 +2,8 @@
 
 The transcript is stored in the shape an LLM is fed: user messages, assistant messages with
 the tool calls they made, and one `tool` message per call holding its result. The engine
-keeps the invariant that every call has exactly one result (see chat/turns.py).
+keeps the invariant that every call has exactly one result (docs/architecture.md, "Engine
+invariants").
 """
 
 import uuid
@@ -59,7 +60,7 @@ class Message(models.Model):
     class Meta:
         ordering = ["id"]
         constraints = [
-            # Invariant 1 of the engine: at most one result per tool call.
+            # Engine invariant 1 (docs/architecture.md): at most one result per tool call.
             models.UniqueConstraint(
                 fields=["session", "tool_call_id"],
                 condition=models.Q(role="tool"),
@@ -92,8 +93,28 @@ class Artifact(models.Model):
         return self.artifact_id
 
 
-class Approval(models.Model):
-    """A backend tool call waiting for the user: the pause of a turn, as data."""
+class Pause(models.Model):
+    """A tool call the turn waits on, as data: the exact call (id, name, arguments) and how the
+    wait ended. Approvals and pending decisions share this vocabulary; `status` moves from
+    `pending` exactly once, by a conditional update (docs/architecture.md, "Engine invariants").
+    """
+
+    tool_call_id = models.CharField(max_length=128)
+    tool_name = models.CharField(max_length=64)
+    arguments = models.JSONField(default=dict)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} ({self.status})"
+
+
+class Approval(Pause):
+    """A backend tool call waiting for the user's approval."""
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -103,9 +124,6 @@ class Approval(models.Model):
 
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="approvals")
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="approvals")
-    tool_call_id = models.CharField(max_length=128)
-    tool_name = models.CharField(max_length=64)
-    arguments = models.JSONField(default=dict)
     reasons = models.JSONField(default=list)
     cost_credits = models.PositiveIntegerField(default=0)
     status = models.CharField(
@@ -114,18 +132,13 @@ class Approval(models.Model):
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    decided_at = models.DateTimeField(null=True, blank=True)
-    created = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["id"]
-
-    def __str__(self) -> str:
-        return f"{self.tool_name} ({self.status})"
+    class Meta(Pause.Meta):
+        pass
 
 
-class PendingDecision(models.Model):
-    """A blocking client-tool call that the reader answers (no `serve`): a pause, as data."""
+class PendingDecision(Pause):
+    """A blocking client-tool call that the reader answers (no `serve`)."""
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -136,19 +149,31 @@ class PendingDecision(models.Model):
         ChatSession, on_delete=models.CASCADE, related_name="pending_decisions"
     )
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="pending_decisions")
-    tool_call_id = models.CharField(max_length=128)
-    name = models.CharField(max_length=64)
-    arguments = models.JSONField(default=dict)
     # The declaration as registered when the call was made: the answer is validated against it.
     result_schema = models.JSONField(default=dict)
     status = models.CharField(
         max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True
     )
-    answered_at = models.DateTimeField(null=True, blank=True)
-    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta(Pause.Meta):
+        pass
+
+
+class ClientToolRegistration(models.Model):
+    """The client tools one socket declared; every process reads them from here.
+
+    Keyed by the socket's channel name; deleted when the socket closes.
+    """
+
+    channel_name = models.CharField(max_length=255, unique=True)
+    session = models.ForeignKey(
+        ChatSession, on_delete=models.CASCADE, related_name="client_tool_registrations"
+    )
+    tools = models.JSONField(default=list)
+    updated = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["id"]
+        ordering = ["-updated"]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.status})"
+        return f"{self.channel_name} → {self.session_id}"

@@ -1,11 +1,23 @@
-"""Reads of the chat core: what the API shows and what the model is fed."""
+"""Reads of the chat core: what the API shows, what the model is fed, what the engine needs."""
 
 import json
 from typing import Any
 
 from django.db.models import Prefetch
 
-from .models import Approval, Artifact, ChatSession, Message, PendingDecision
+from geosense.wire import ApprovalData, DecisionData, MessageData
+from tools.client import ClientTool, ClientToolset
+from tools.registry import backend_tool
+
+from .agents.base import AttachedContext, UserRequest
+from .models import (
+    Approval,
+    Artifact,
+    ChatSession,
+    ClientToolRegistration,
+    Message,
+    PendingDecision,
+)
 
 CONTEXT_PREVIEW_CHARS = 4000
 
@@ -35,32 +47,30 @@ def session_serialize(session: ChatSession) -> dict[str, Any]:
     }
 
 
-def approval_serialize(approval: Approval) -> dict[str, Any]:
-    from tools.registry import backend_tool
-
+def approval_serialize(approval: Approval) -> ApprovalData:
     tool = backend_tool(approval.tool_name)
-    return {
-        "id": approval.pk,
-        "tool": approval.tool_name,
-        "arguments": approval.arguments,
-        "reasons": list(approval.reasons),
-        "cost_credits": approval.cost_credits,
-        "status": approval.status,
-        "summary": tool.explain(approval.arguments) if tool else "",
-        "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
-    }
+    return ApprovalData(
+        id=approval.pk,
+        tool=approval.tool_name,
+        arguments=approval.arguments,
+        reasons=list(approval.reasons),
+        cost_credits=approval.cost_credits,
+        status=approval.status,
+        summary=tool.explain(approval.arguments) if tool else "",
+        decided_at=approval.decided_at.isoformat() if approval.decided_at else None,
+    )
 
 
-def decision_serialize(decision: PendingDecision) -> dict[str, Any]:
-    return {
-        "tool_call": decision.tool_call_id,
-        "name": decision.name,
-        "arguments": decision.arguments,
-        "status": decision.status,
-    }
+def decision_serialize(decision: PendingDecision) -> DecisionData:
+    return DecisionData(
+        tool_call=decision.tool_call_id,
+        name=decision.tool_name,
+        arguments=decision.arguments,
+        status=decision.status,
+    )
 
 
-def message_serialize(message: Message) -> dict[str, Any]:
+def message_serialize(message: Message) -> MessageData:
     """A message as the API and the `message` event show it.
 
     `pending_approval`/`pending_decision` are set only while the pause waits; `approval` and
@@ -70,19 +80,19 @@ def message_serialize(message: Message) -> dict[str, Any]:
     decisions = list(message.pending_decisions.all())
     approval = approvals[-1] if approvals else None
     decision = decisions[-1] if decisions else None
-    data: dict[str, Any] = {
-        "id": message.pk,
-        "role": message.role,
-        "content": message.content,
-        "created": message.created.isoformat(),
-        "turn": message.turn,
-        "pending_approval": approval_serialize(approval)
+    data = MessageData(
+        id=message.pk,
+        role=message.role,
+        content=message.content,
+        created=message.created.isoformat(),
+        turn=message.turn,
+        pending_approval=approval_serialize(approval)
         if approval and approval.status == Approval.Status.PENDING
         else None,
-        "pending_decision": decision_serialize(decision)
+        pending_decision=decision_serialize(decision)
         if decision and decision.status == PendingDecision.Status.PENDING
         else None,
-    }
+    )
     if approval:
         data["approval"] = approval_serialize(approval)
     if decision:
@@ -107,7 +117,7 @@ def messages_of_session(*, session_id: object) -> list[Message]:
     )
 
 
-def message_get(*, message_id: int) -> dict[str, Any]:
+def message_get(*, message_id: int) -> MessageData:
     message = (
         Message.objects.filter(pk=message_id)
         .prefetch_related(
@@ -195,3 +205,43 @@ def client_tool_answers_in_turn(*, session_id: object, turn: int, name: str) -> 
     return Message.objects.filter(
         session_id=session_id, turn=turn, role=Message.Role.TOOL, tool_name=name
     ).count()
+
+
+def message_of_session(*, session_id: object, message_id: int) -> Message:
+    return Message.objects.get(pk=message_id, session_id=session_id)
+
+
+def session_allows_backend_tools(*, session_id: object) -> bool:
+    return ChatSession.objects.values_list("allow_backend_tools", flat=True).get(pk=session_id)
+
+
+def client_toolset_of_session(*, session_id: object) -> ClientToolset | None:
+    """The tools of the session's most recently registered socket (a tab), or None."""
+    registration = (
+        ClientToolRegistration.objects.filter(session_id=session_id).order_by("-updated").first()
+    )
+    if registration is None:
+        return None
+    tools = [ClientTool.from_declaration(item) for item in registration.tools]
+    return ClientToolset(
+        channel_name=registration.channel_name, tools={tool.name: tool for tool in tools}
+    )
+
+
+def user_request_latest(*, session_id: object) -> UserRequest:
+    """The session's latest user message and the data contexts attached to it, as data (the
+    model reads them as text in `llm_history`; the local agent reads them as they are)."""
+    message = (
+        Message.objects.filter(session_id=session_id, role=Message.Role.USER)
+        .order_by("-id")
+        .first()
+    )
+    if message is None:
+        return UserRequest(text="", contexts=())
+    contexts = tuple(
+        AttachedContext(type=kind, artifact_id=artifact_id, data=data)
+        for artifact_id, kind, data in Artifact.objects.filter(message=message)
+        .order_by("id")
+        .values_list("artifact_id", "kind", "data")
+    )
+    return UserRequest(text=message.content, contexts=contexts)

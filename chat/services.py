@@ -1,10 +1,13 @@
-"""Writes of the chat core: sessions, the turn claim, messages, results, artifacts, pauses.
+"""Writes of the chat core: sessions, the turn claim, messages, results, artifacts, and the
+client tools each socket registered. Pauses are written by `chat/approvals.py`.
 
-All synchronous ORM code; the engine calls it through `database_sync_to_async`.
+All synchronous ORM code; async callers run it in a worker thread (`chat.turns.in_thread`,
+the consumer's `database_sync_to_async`).
 """
 
 import json
 import secrets
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -12,14 +15,20 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from .models import Approval, Artifact, ChatSession, Message, PendingDecision
+from tools.client import ClientTool
+
+from .models import (
+    Approval,
+    Artifact,
+    ChatSession,
+    ClientToolRegistration,
+    Message,
+    PendingDecision,
+)
 
 TURN_LEASE = timedelta(seconds=120)
 TITLE_LENGTH = 60
 
-SET_ASIDE_RESULT = (
-    "Not run: the user sent a new message instead of answering, so this call was set aside."
-)
 INTERRUPTED_RESULT = "Not run: the turn ended before this call could run (the user moved on or the server restarted)."
 
 
@@ -46,7 +55,8 @@ def session_update(
 
 
 def session_claim(*, session_id: object) -> None:
-    """Claim the session for one turn, across processes (ENGINE.md invariant 2).
+    """Claim the session for one turn, across processes (docs/architecture.md, "Engine
+    invariants" 2).
 
     A crashed process's claim expires with its lease. Raises SessionBusy.
     """
@@ -57,7 +67,7 @@ def session_claim(*, session_id: object) -> None:
         .update(turn_state=ChatSession.TurnState.RUNNING, turn_lease=now + TURN_LEASE)
     )
     if not claimed:
-        raise SessionBusy
+        raise SessionBusy("a turn is already running in this session")
 
 
 def session_lease_renew(*, session_id: object) -> None:
@@ -177,74 +187,12 @@ def artifact_save(
     raise RuntimeError("could not allocate an artifact id")
 
 
-def approval_create(
-    *,
-    session_id: object,
-    message: Message,
-    call: dict[str, Any],
-    arguments: dict[str, Any],
-    reasons: list[str],
-    cost: int,
-) -> Approval:
-    return Approval.objects.create(
-        session_id=session_id,
-        message=message,
-        tool_call_id=call["id"],
-        tool_name=call["name"],
-        arguments=arguments,
-        reasons=reasons,
-        cost_credits=cost,
-    )
-
-
-def decision_create(
-    *,
-    session_id: object,
-    message: Message,
-    call: dict[str, Any],
-    arguments: dict[str, Any],
-    result_schema: dict[str, Any],
-) -> PendingDecision:
-    return PendingDecision.objects.create(
-        session_id=session_id,
-        message=message,
-        tool_call_id=call["id"],
-        name=call["name"],
-        arguments=arguments,
-        result_schema=result_schema,
-    )
-
-
-def pauses_set_aside(*, session_id: object) -> int:
-    """A new user message sets every open pause aside; each paused call gets its result."""
-    count = 0
-    now = timezone.now()
-    pauses = ((Approval, "tool_name", "decided_at"), (PendingDecision, "name", "answered_at"))
-    with transaction.atomic():
-        for model, name_field, time_field in pauses:
-            for pause in model.objects.filter(
-                session_id=session_id, status="pending"
-            ).select_related("message"):
-                if model.objects.filter(pk=pause.pk, status="pending").update(
-                    status="set_aside", **{time_field: now}
-                ):
-                    tool_result_store(
-                        session_id=session_id,
-                        turn=pause.message.turn,
-                        tool_call_id=pause.tool_call_id,
-                        tool_name=getattr(pause, name_field),
-                        content={"error": SET_ASIDE_RESULT},
-                        is_error=True,
-                    )
-                    count += 1
-    return count
-
-
 def history_repair(*, session_id: object) -> int:
     """Give every call that has no result (a crash, an error mid-step) its result.
 
     Calls of a message that waits on a pending pause are left alone: they run after it.
-    Keeps ENGINE.md invariant 1 whatever happened before: the history stays valid to send.
+    Keeps engine invariant 1 (docs/architecture.md) whatever happened before: the history stays
+    valid to send.
     """
     paused = set(
         Approval.objects.filter(session_id=session_id, status=Approval.Status.PENDING).values_list(
@@ -278,3 +226,21 @@ def history_repair(*, session_id: object) -> int:
                 )
                 repaired += 1
     return repaired
+
+
+def client_tools_register(*, channel_name: str, session_id, tools: Sequence[ClientTool]) -> None:
+    """Replace this socket's registration; registering on another session moves it there.
+
+    No tools at all removes the registration: the socket then offers nothing.
+    """
+    if not tools:
+        client_tools_unregister(channel_name=channel_name)
+        return
+    ClientToolRegistration.objects.update_or_create(
+        channel_name=channel_name,
+        defaults={"session_id": session_id, "tools": [tool.declaration() for tool in tools]},
+    )
+
+
+def client_tools_unregister(*, channel_name: str) -> None:
+    ClientToolRegistration.objects.filter(channel_name=channel_name).delete()

@@ -2,16 +2,20 @@
 
 Entry points (for views and consumers):
 - `turn_prepare(session_id=, user=, request=)` does everything that can refuse a request
-  (4xx) before any stream starts: claim the session, take an approval decision, check a
-  reader's answer. It returns a `PreparedTurn` holding the claim.
+  before any stream starts: claim the session, take an approval decision, take a reader's
+  answer. It raises the domain's refusals (`TurnRequestInvalid`, `services.SessionBusy`,
+  `approvals.PauseNotFound`, `PauseConflict`, `AnswerInvalid`) and returns a `PreparedTurn`
+  holding the claim.
 - `turn_launch(prepared, listener=)` runs the turn as a task of its own (never inside a
   request or a consumer's receive): a caller that goes away does not stop it.
 
-The invariants of ../shared/ENGINE.md hold here: one turn per session (a leased claim), a
-pause is a row, a decision is taken once, events are emitted after what they report is stored.
+The engine invariants of docs/architecture.md hold here: one result per call, one turn per
+session (a leased claim), a pause is a row, a decision is taken once, and events are emitted
+after what they report is stored.
 """
 
 import asyncio
+import enum
 import json
 import logging
 from collections.abc import Callable
@@ -20,9 +24,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
 
+from geosense import wire
 from geosense.annotations.selectors import annotation_counts
 from tools import client as client_tools
 from tools.registry import (
@@ -34,39 +37,55 @@ from tools.registry import (
     backend_tools,
     refusal,
 )
-from tools.schemas import arguments_decode, validation_error
+from tools.schemas import arguments_decode
 
 from . import approvals, selectors, services
-from .agents import AgentError, TextDelta, Thinking, ToolCallRequest, agent_configured
+from .agents import (
+    AgentContext,
+    AgentError,
+    TextDelta,
+    Thinking,
+    ToolCallRequest,
+    UserRequest,
+    agent_configured,
+)
 from .agents.base import Agent
 from .agents.prompts import system_prompt
-from .events import EventSink, TurnEvent
-from .models import ChatSession, Message, PendingDecision
+from .events import EventSink
+from .models import Message
 
 logger = logging.getLogger(__name__)
 
 MAX_STEPS = 8
 SUBTURN_MAX_STEPS = 4
 CLIENT_TOOL_ANSWER_LIMIT = 3
-CONTEXT_TYPES = frozenset({"visibility", "position", "image", "selection"})
-
-db = sync_to_async  # ORM work runs in the thread pool, never on the event loop
+STEP_LIMIT_NOTE = (
+    f"I stopped after {MAX_STEPS} steps without a final answer. "
+    "Please rephrase or narrow the request."
+)
+FAILED_NOTE = "Something went wrong while answering. The conversation is saved; please try again."
+ONE_WAY_DELIVERED = {"ok": True, "delivered": "shown to the user"}
 
 _running: set[asyncio.Task] = set()
 
 
-class TurnRefused(Exception):
-    """The request cannot start or resume a turn: answered 4xx before any stream."""
+def in_thread(function: Callable) -> Callable:
+    """Run blocking work (the ORM) in the worker thread, never on the event loop.
 
-    def __init__(self, message: str, *, status: int) -> None:
-        super().__init__(message)
-        self.status = status
+    A plain `sync_to_async`: unlike Channels' `database_sync_to_async` it does not close stale
+    database connections around the call.
+    """
+    return sync_to_async(function)
+
+
+class TurnRequestInvalid(ValueError):
+    """The request cannot start a turn as sent (empty text, malformed contexts)."""
 
 
 @dataclass(frozen=True)
 class NewMessage:
     text: str
-    contexts: list[dict[str, Any]] = field(default_factory=list)
+    contexts: list[wire.DataContext] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -92,111 +111,74 @@ class PreparedTurn:
     request: TurnRequest
     # For a resume: the assistant message whose remaining calls continue first.
     resume_message_id: int | None = None
-    approval_outcome: approvals.DecisionOutcome | None = None
+    approval_outcome: approvals.ApprovalOutcome | None = None
+
+
+class CallOutcome(enum.Enum):
+    """What answering one call did to the turn."""
+
+    ANSWERED = "answered"  # the call has its result; the step goes on
+    PAUSED = "paused"  # the call waits on a pause row; the turn ends here until it is decided
 
 
 # --- preparing (may refuse) ------------------------------------------------------------------
 
 
-def _contexts_checked(contexts: Any) -> list[dict[str, Any]]:
+def _contexts_checked(contexts: Any) -> list[wire.DataContext]:
     if contexts is None:
         return []
-    if not isinstance(contexts, list) or len(contexts) > 8:
-        raise TurnRefused("contexts must be a list of at most 8 {type, data} objects", status=400)
+    if not isinstance(contexts, list) or len(contexts) > wire.CONTEXTS_MAX:
+        raise TurnRequestInvalid(
+            f"contexts must be a list of at most {wire.CONTEXTS_MAX} {{type, data}} objects"
+        )
     for item in contexts:
         if (
             not isinstance(item, dict)
-            or item.get("type") not in CONTEXT_TYPES
+            or item.get("type") not in wire.CONTEXT_TYPES
             or "data" not in item
         ):
-            raise TurnRefused(
-                f"each context needs a type ({', '.join(sorted(CONTEXT_TYPES))}) and data",
-                status=400,
+            raise TurnRequestInvalid(
+                f"each context needs a type ({', '.join(sorted(wire.CONTEXT_TYPES))}) and data"
             )
     return contexts
 
 
-def _prepare_sync(*, session_id: Any, user: Any, request: TurnRequest) -> PreparedTurn:
-    if isinstance(request, NewMessage):
-        contexts = _contexts_checked(request.contexts)
-        if not request.text.strip():
-            raise TurnRefused("text must not be empty", status=400)
-    try:
-        services.session_claim(session_id=session_id)
-    except services.SessionBusy:
-        raise TurnRefused("a turn is already running in this session", status=409) from None
-    try:
-        if isinstance(request, NewMessage):
-            services.pauses_set_aside(session_id=session_id)
-            services.history_repair(session_id=session_id)
-            turn = services.turn_begin(session_id=session_id)
-            message = services.message_store(
-                session_id=session_id, turn=turn, role=Message.Role.USER, content=request.text
-            )
-            for context in contexts:
-                services.artifact_save(
-                    session_id=session_id,
-                    kind=context["type"],
-                    data=context["data"],
-                    origin=f"client:{context['type']}",
-                    message_id=message.pk,
-                )
-            return PreparedTurn(session_id=session_id, user=user, turn=turn, request=request)
-        if isinstance(request, ApprovalAnswer):
-            approval = approvals.approval_check(
-                session_id=session_id, approval_id=request.approval_id
-            )
-            outcome = approvals.approval_decide(
-                session_id=session_id, approval_id=approval.pk, decision=request.decision, user=user
-            )
-            return PreparedTurn(
-                session_id=session_id,
-                user=user,
-                turn=approval.message.turn,
-                request=request,
-                resume_message_id=approval.message_id,
-                approval_outcome=outcome,
-            )
-        return _prepare_decision(session_id=session_id, user=user, request=request)
-    except approvals.ApprovalConflict as exc:
-        services.session_release(session_id=session_id)
-        raise TurnRefused(str(exc), status=exc.status) from None
-    except TurnRefused:
-        services.session_release(session_id=session_id)
-        raise
-    except BaseException:
-        services.session_release(session_id=session_id)
-        raise
+def _prepare_message(*, session_id: Any, user: Any, request: NewMessage) -> PreparedTurn:
+    approvals.pauses_set_aside(session_id=session_id)
+    services.history_repair(session_id=session_id)
+    turn = services.turn_begin(session_id=session_id)
+    message = services.message_store(
+        session_id=session_id, turn=turn, role=Message.Role.USER, content=request.text
+    )
+    for context in request.contexts:
+        services.artifact_save(
+            session_id=session_id,
+            kind=context["type"],
+            data=context["data"],
+            origin=f"client:{context['type']}",
+            message_id=message.pk,
+        )
+    return PreparedTurn(session_id=session_id, user=user, turn=turn, request=request)
+
+
+def _prepare_approval(*, session_id: Any, user: Any, request: ApprovalAnswer) -> PreparedTurn:
+    outcome = approvals.approval_decide(
+        session_id=session_id, approval_id=request.approval_id, decision=request.decision, user=user
+    )
+    return PreparedTurn(
+        session_id=session_id,
+        user=user,
+        turn=outcome.approval.message.turn,
+        request=request,
+        resume_message_id=outcome.approval.message_id,
+        approval_outcome=outcome,
+    )
 
 
 def _prepare_decision(*, session_id: Any, user: Any, request: DecisionAnswer) -> PreparedTurn:
-    decision = (
-        PendingDecision.objects.filter(session_id=session_id, tool_call_id=request.tool_call_id)
-        .select_related("message")
-        .first()
+    decision = approvals.decision_answer(
+        session_id=session_id, tool_call_id=request.tool_call_id, result=request.result
     )
-    if decision is None:
-        raise TurnRefused("unknown tool call", status=404)
-    if decision.status != PendingDecision.Status.PENDING:
-        raise TurnRefused(f"tool call already {decision.status.replace('_', ' ')}", status=409)
-    problem = validation_error(schema=decision.result_schema or {}, value=request.result)
-    if problem:
-        raise TurnRefused(
-            f"the result does not match {decision.name}'s result schema: {problem}", status=400
-        )
-    with transaction.atomic():
-        changed = PendingDecision.objects.filter(
-            pk=decision.pk, status=PendingDecision.Status.PENDING
-        ).update(status=PendingDecision.Status.ANSWERED, answered_at=timezone.now())
-        if not changed:
-            raise TurnRefused("tool call already answered", status=409)
-        services.tool_result_store(
-            session_id=session_id,
-            turn=decision.message.turn,
-            tool_call_id=decision.tool_call_id,
-            tool_name=decision.name,
-            content=request.result,
-        )
     return PreparedTurn(
         session_id=session_id,
         user=user,
@@ -206,8 +188,25 @@ def _prepare_decision(*, session_id: Any, user: Any, request: DecisionAnswer) ->
     )
 
 
+def _prepare_sync(*, session_id: Any, user: Any, request: TurnRequest) -> PreparedTurn:
+    if isinstance(request, NewMessage):
+        request = NewMessage(text=request.text, contexts=_contexts_checked(request.contexts))
+        if not request.text.strip():
+            raise TurnRequestInvalid("text must not be empty")
+    services.session_claim(session_id=session_id)
+    try:
+        if isinstance(request, NewMessage):
+            return _prepare_message(session_id=session_id, user=user, request=request)
+        if isinstance(request, ApprovalAnswer):
+            return _prepare_approval(session_id=session_id, user=user, request=request)
+        return _prepare_decision(session_id=session_id, user=user, request=request)
+    except BaseException:
+        services.session_release(session_id=session_id)
+        raise
+
+
 async def turn_prepare(*, session_id: Any, user: Any, request: TurnRequest) -> PreparedTurn:
-    return await db(_prepare_sync)(session_id=session_id, user=user, request=request)
+    return await in_thread(_prepare_sync)(session_id=session_id, user=user, request=request)
 
 
 # --- running ---------------------------------------------------------------------------------
@@ -216,7 +215,7 @@ async def turn_prepare(*, session_id: Any, user: Any, request: TurnRequest) -> P
 def turn_launch(
     prepared: PreparedTurn,
     *,
-    listener: Callable[[TurnEvent], None] | None = None,
+    listener: Callable[[wire.TurnEvent], None] | None = None,
     agent: Agent | None = None,
 ) -> asyncio.Task:
     """Run the prepared turn as its own task; `listener` sees its events as they happen."""
@@ -232,9 +231,6 @@ async def turns_settle() -> None:
     """Wait for every running turn task of this process (tests and shutdown)."""
     while _running:
         await asyncio.gather(*list(_running), return_exceptions=True)
-
-
-PAUSED = object()
 
 
 @dataclass
@@ -254,9 +250,9 @@ class TurnRunner:
     async def run(self) -> None:
         keeper = asyncio.create_task(self._keep_lease())
         try:
-            await self.sink.emit("turn_start", {"session": str(self.session_id), "turn": self.turn})
+            await self.sink.emit(wire.turn_start(session=self.session_id, turn=self.turn))
             if self.prepared.resume_message_id is not None:
-                if await self._resume() is PAUSED:
+                if await self._resume() is CallOutcome.PAUSED:
                     return
             await self._loop()
         except asyncio.CancelledError:
@@ -265,9 +261,7 @@ class TurnRunner:
             await self._fail(str(exc))
         except Exception:
             logger.exception("turn %s#%s failed", self.session_id, self.turn)
-            await self._fail(
-                "Something went wrong while answering. The conversation is saved; please try again."
-            )
+            await self._fail(FAILED_NOTE)
         finally:
             keeper.cancel()
             await asyncio.shield(self._finish())
@@ -276,46 +270,53 @@ class TurnRunner:
         """Renew the claim while the turn runs (a long model stream or client-tool wait)."""
         while True:
             await asyncio.sleep(services.TURN_LEASE.total_seconds() / 4)
-            await db(services.session_lease_renew)(session_id=self.session_id)
+            await in_thread(services.session_lease_renew)(session_id=self.session_id)
 
     async def _finish(self) -> None:
         try:
-            await db(services.history_repair)(session_id=self.session_id)
+            await in_thread(services.history_repair)(session_id=self.session_id)
         finally:
-            await db(services.session_release)(session_id=self.session_id)
+            await in_thread(services.session_release)(session_id=self.session_id)
             try:
-                await self.sink.emit("turn_end", {})
+                await self.sink.emit(wire.turn_end())
             except Exception:
                 logger.exception("could not emit turn_end")
 
     async def _fail(self, message: str) -> None:
-        await db(services.message_store)(
+        await in_thread(services.message_store)(
             session_id=self.session_id, turn=self.turn, role=Message.Role.NOTE, content=message
         )
-        await self.sink.emit("error", {"message": message})
+        await self.sink.emit(wire.error(message))
+
+    async def _emit_message(self, message_id: int) -> None:
+        await self.sink.emit(
+            wire.message(await in_thread(selectors.message_get)(message_id=message_id))
+        )
 
     # -- resuming a pause --
 
-    async def _resume(self) -> object | None:
-        message = await db(Message.objects.get)(pk=self.prepared.resume_message_id)
+    async def _resume(self) -> CallOutcome:
+        message = await in_thread(selectors.message_of_session)(
+            session_id=self.session_id, message_id=self.prepared.resume_message_id
+        )
         outcome = self.prepared.approval_outcome
         if outcome is not None:
-            await self._apply_decision(message, outcome)
-        remaining = await db(selectors.calls_without_result)(message=message)
-        return await self._process_calls(message, remaining)
+            await self._apply_decision(outcome)
+        remaining = await in_thread(selectors.calls_without_result)(message=message)
+        return await self._process_calls(message, remaining, toolset=await self._toolset())
 
-    async def _apply_decision(self, message: Message, outcome: approvals.DecisionOutcome) -> None:
+    async def _apply_decision(self, outcome: approvals.ApprovalOutcome) -> None:
+        """Run, or refuse, the call an approval was about; its arguments were checked before
+        the approval was stored."""
         approval = outcome.approval
-        call = {"id": approval.tool_call_id, "name": approval.tool_name}
+        call = wire.StoredToolCall(id=approval.tool_call_id, name=approval.tool_name, arguments="")
         tool = backend_tool(approval.tool_name)
         if outcome.shortfall is not None:
             await self._store_and_report(
-                call,
-                approval.arguments,
-                refusal(outcome.shortfall.for_model),
+                call, approval.arguments, refusal(outcome.shortfall.for_model)
             )
-            await self.sink.emit("error", {"message": outcome.shortfall.for_user})
-        elif approval.status != "approved" or tool is None:
+            await self.sink.emit(wire.error(outcome.shortfall.for_user))
+        elif not outcome.runs or tool is None:
             await self._store_and_report(
                 call, approval.arguments, refusal(approvals.DECLINED_RESULT)
             )
@@ -329,104 +330,119 @@ class TurnRunner:
 
     async def _loop(self) -> None:
         for _ in range(MAX_STEPS):
-            await db(services.session_lease_renew)(session_id=self.session_id)
-            toolset = await db(client_tools.client_toolset_of_session)(session_id=self.session_id)
-            history = await self._history()
+            await in_thread(services.session_lease_renew)(session_id=self.session_id)
+            toolset = await self._toolset()
             specs = [t.openai_spec() for t in backend_tools()]
             if toolset is not None:
                 specs += [t.openai_spec() for t in toolset.tools.values()]
-            text, calls = await self._ask(history, specs, stream=True)
-            message = await db(services.message_store)(
+            history, context = await self._history()
+            text, calls = await self._ask(history, specs, context, stream=True)
+            message = await in_thread(services.message_store)(
                 session_id=self.session_id,
                 turn=self.turn,
                 role=Message.Role.ASSISTANT,
                 content=text,
-                tool_calls=await db(services.tool_calls_with_fresh_ids)(
+                tool_calls=await in_thread(services.tool_calls_with_fresh_ids)(
                     session_id=self.session_id,
-                    calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
+                    calls=[
+                        wire.StoredToolCall(id=c.id, name=c.name, arguments=c.arguments)
+                        for c in calls
+                    ],
                 ),
             )
             if not calls:
-                await self.sink.emit(
-                    "message", await db(selectors.message_get)(message_id=message.pk)
-                )
+                await self._emit_message(message.pk)
                 return
-            if await self._process_calls(message, message.tool_calls, toolset=toolset) is PAUSED:
+            if await self._process_calls(message, message.tool_calls, toolset=toolset) is (
+                CallOutcome.PAUSED
+            ):
                 return
-        note = f"I stopped after {MAX_STEPS} steps without a final answer. Please rephrase or narrow the request."
-        final = await db(services.message_store)(
-            session_id=self.session_id, turn=self.turn, role=Message.Role.ASSISTANT, content=note
+        final = await in_thread(services.message_store)(
+            session_id=self.session_id,
+            turn=self.turn,
+            role=Message.Role.ASSISTANT,
+            content=STEP_LIMIT_NOTE,
         )
-        await self.sink.emit("message", await db(selectors.message_get)(message_id=final.pk))
+        await self._emit_message(final.pk)
 
-    async def _history(self) -> list[dict[str, Any]]:
-        overview = await db(annotation_counts)()
-        history = await db(selectors.llm_history)(session_id=self.session_id)
-        return [{"role": "system", "content": system_prompt(overview=overview)}, *history]
+    async def _toolset(self) -> client_tools.ClientToolset | None:
+        return await in_thread(selectors.client_toolset_of_session)(session_id=self.session_id)
+
+    async def _history(self) -> tuple[list[dict[str, Any]], AgentContext]:
+        overview = await in_thread(annotation_counts)()
+        history = await in_thread(selectors.llm_history)(session_id=self.session_id)
+        request = await in_thread(selectors.user_request_latest)(session_id=self.session_id)
+        return (
+            [{"role": "system", "content": system_prompt(overview=overview)}, *history],
+            AgentContext(overview=overview, request=request),
+        )
 
     async def _ask(
-        self, history: list[dict[str, Any]], specs: list[dict[str, Any]], *, stream: bool
+        self,
+        history: list[dict[str, Any]],
+        specs: list[dict[str, Any]],
+        context: AgentContext,
+        *,
+        stream: bool,
     ) -> tuple[str, list[ToolCallRequest]]:
         parts: list[str] = []
         calls: list[ToolCallRequest] = []
-        async for chunk in self.agent.stream(history=history, tools=specs):
+        async for chunk in self.agent.stream(history=history, tools=specs, context=context):
             if isinstance(chunk, TextDelta):
                 parts.append(chunk.text)
                 if stream:
-                    await self.sink.emit("text_delta", {"delta": chunk.text})
+                    await self.sink.emit(wire.text_delta(chunk.text))
             elif isinstance(chunk, Thinking):
                 if stream:
-                    await self.sink.emit("backend_thinking", {"text": chunk.text})
+                    await self.sink.emit(wire.backend_thinking(chunk.text))
             else:
                 calls.append(chunk)
         text = "".join(parts)
         if stream and calls and text.strip():
-            await self.sink.emit("backend_thinking", {"text": text.strip()})
+            await self.sink.emit(wire.backend_thinking(text.strip()))
         return text, calls
 
     async def _process_calls(
         self,
         message: Message,
-        calls: list[dict[str, Any]],
+        calls: list[wire.StoredToolCall],
         *,
-        toolset: client_tools.ClientToolset | None = None,
-    ) -> object | None:
+        toolset: client_tools.ClientToolset | None,
+    ) -> CallOutcome:
         """Answer each call in order; a call that must wait pauses the turn here."""
-        if toolset is None:
-            toolset = await db(client_tools.client_toolset_of_session)(session_id=self.session_id)
         for call in calls:
-            try:
-                arguments = arguments_decode(call.get("arguments"))
-            except ValueError as exc:
-                await self._store_and_report(
-                    call,
-                    {},
-                    refusal(f"Invalid arguments for {call['name']}: {exc}."),
-                )
-                continue
-            tool = backend_tool(call["name"])
-            if tool is not None:
-                outcome = await self._backend_call(message, call, tool, arguments)
-            elif toolset is not None and call["name"] in toolset.tools:
-                outcome = await self._client_call(message, call, toolset, arguments)
-            else:
-                outcome = await self._store_and_report(
-                    call,
-                    arguments,
-                    refusal(f"There is no tool named {call['name']!r}."),
-                )
-            if outcome is PAUSED:
-                await self.sink.emit(
-                    "message", await db(selectors.message_get)(message_id=message.pk)
-                )
-                return PAUSED
-            await db(services.session_lease_renew)(session_id=self.session_id)
-        return None
+            if await self._answer_call(message, call, toolset) is CallOutcome.PAUSED:
+                await self._emit_message(message.pk)
+                return CallOutcome.PAUSED
+            await in_thread(services.session_lease_renew)(session_id=self.session_id)
+        return CallOutcome.ANSWERED
+
+    async def _answer_call(
+        self,
+        message: Message,
+        call: wire.StoredToolCall,
+        toolset: client_tools.ClientToolset | None,
+    ) -> CallOutcome:
+        """Decode the call's arguments once and hand it to its kind of tool."""
+        try:
+            arguments = arguments_decode(call.get("arguments"))
+        except ValueError as exc:
+            return await self._store_and_report(
+                call, {}, refusal(f"Invalid arguments for {call['name']}: {exc}.")
+            )
+        tool = backend_tool(call["name"])
+        if tool is not None:
+            return await self._backend_call(message, call, tool, arguments)
+        if toolset is not None and call["name"] in toolset.tools:
+            return await self._client_call(message, call, toolset, arguments)
+        return await self._store_and_report(
+            call, arguments, refusal(f"There is no tool named {call['name']!r}.")
+        )
 
     async def _store_and_report(
-        self, call: dict[str, Any], arguments: dict[str, Any], run: ToolRun
-    ) -> None:
-        await db(services.tool_result_store)(
+        self, call: wire.StoredToolCall, arguments: dict[str, Any], run: ToolRun
+    ) -> CallOutcome:
+        await in_thread(services.tool_result_store)(
             session_id=self.session_id,
             turn=self.turn,
             tool_call_id=call["id"],
@@ -435,61 +451,66 @@ class TurnRunner:
             is_error=not run.ok,
         )
         if backend_tool(call["name"]) is not None:
-            event: dict[str, Any] = {
-                "call_id": call["id"],
-                "name": call["name"],
-                "arguments": arguments,
-                "ok": run.ok,
-            }
-            if not run.ok:
-                event["error"] = run.error
-            await self.sink.emit("backend_tool_call", event)
+            await self.sink.emit(
+                wire.backend_tool_call(
+                    call_id=call["id"],
+                    name=call["name"],
+                    arguments=arguments,
+                    ok=run.ok,
+                    error=run.error,
+                )
+            )
+        return CallOutcome.ANSWERED
 
     async def _backend_call(
-        self, message: Message, call: dict[str, Any], tool: BackendTool, arguments: dict[str, Any]
-    ) -> object | None:
-        problem = validation_error(schema=tool.arguments, value=arguments)
-        if problem:
-            return await self._store_and_report(
-                call,
-                arguments,
-                refusal(f"Invalid arguments for {tool.name}: {problem}. Fix them and call again."),
-            )
-        session = await db(ChatSession.objects.get)(pk=self.session_id)
-        reasons = approvals.approval_reasons(
-            tool=tool, allow_backend_tools=session.allow_backend_tools
-        )
-        shortfall = await db(approvals.credits_shortfall)(user=self.prepared.user, tool=tool)
+        self,
+        message: Message,
+        call: wire.StoredToolCall,
+        tool: BackendTool,
+        arguments: dict[str, Any],
+    ) -> CallOutcome:
+        invalid = tool.arguments_refusal(arguments)
+        if invalid is not None:
+            return await self._store_and_report(call, arguments, invalid)
+        shortfall = await in_thread(approvals.credits_shortfall)(user=self.prepared.user, tool=tool)
         if shortfall is not None:
             await self._store_and_report(call, arguments, refusal(shortfall.for_model))
-            await self.sink.emit("error", {"message": shortfall.for_user})
-            return None
+            await self.sink.emit(wire.error(shortfall.for_user))
+            return CallOutcome.ANSWERED
+        reasons = approvals.approval_reasons(
+            tool=tool,
+            allow_backend_tools=await in_thread(selectors.session_allows_backend_tools)(
+                session_id=self.session_id
+            ),
+        )
         if reasons:
-            await db(services.approval_create)(
+            await in_thread(approvals.approval_create)(
                 session_id=self.session_id,
                 message=message,
-                call=call,
+                tool_call_id=call["id"],
+                tool_name=call["name"],
                 arguments=arguments,
                 reasons=reasons,
                 cost=tool.cost_credits,
             )
-            return PAUSED
+            return CallOutcome.PAUSED
         run = await backend_tool_run(tool=tool, arguments=arguments, context=self._tool_context())
         return await self._store_and_report(call, arguments, run)
 
     async def _client_call(
         self,
         message: Message,
-        call: dict[str, Any],
+        call: wire.StoredToolCall,
         toolset: client_tools.ClientToolset,
         arguments: dict[str, Any],
-    ) -> object | None:
+    ) -> CallOutcome:
         tool = toolset.tools[call["name"]]
         await self.sink.emit(
-            "client_tool_call",
-            {"call_id": call["id"], "name": tool.name, "arguments": arguments, "kind": tool.kind},
+            wire.client_tool_call(
+                call_id=call["id"], name=tool.name, arguments=arguments, kind=tool.kind
+            )
         )
-        answered = await db(selectors.client_tool_answers_in_turn)(
+        answered = await in_thread(selectors.client_tool_answers_in_turn)(
             session_id=self.session_id, turn=self.turn, name=tool.name
         )
         if answered >= CLIENT_TOOL_ANSWER_LIMIT:
@@ -500,7 +521,7 @@ class TurnRunner:
                     f"{tool.name} was already answered {answered} times in this turn. Stop calling it and answer with what you have."
                 ),
             )
-        problem = validation_error(schema=tool.arguments, value=arguments)
+        problem = tool.arguments_problem(arguments)
         if problem:
             return await self._store_and_report(
                 call,
@@ -511,19 +532,18 @@ class TurnRunner:
             )
         if tool.kind == "one-way":
             return await self._store_and_report(
-                call,
-                arguments,
-                ToolRun(ok=True, content={"ok": True, "delivered": "shown to the user"}),
+                call, arguments, ToolRun(ok=True, content=dict(ONE_WAY_DELIVERED))
             )
         if not tool.serve:
-            await db(services.decision_create)(
+            await in_thread(approvals.decision_create)(
                 session_id=self.session_id,
                 message=message,
-                call=call,
+                tool_call_id=call["id"],
+                tool_name=tool.name,
                 arguments=arguments,
                 result_schema=tool.result or {},
             )
-            return PAUSED
+            return CallOutcome.PAUSED
         answer = await client_tools.client_tool_request(
             channel_name=toolset.channel_name,
             tool=tool,
@@ -547,12 +567,7 @@ class TurnRunner:
                 session_id=session_id, kind=kind, data=data, origin=origin
             )
 
-        return ToolContext(
-            session_id=session_id,
-            user_id=self.prepared.user.pk,
-            artifact_save=save,
-            subturn=self._subturn,
-        )
+        return ToolContext(artifact_save=save, subturn=self._subturn)
 
     async def _subturn(self, *, instructions: str, tool_names: frozenset[str]) -> str:
         """A sub-turn in memory: read-only backend tools only, never client tools or approvals."""
@@ -562,14 +577,15 @@ class TurnRunner:
             if t.name in tool_names and t.read_only and not t.destructive and not t.cost_credits
         ]
         by_name = {t.name: t for t in tools}
-        overview = await db(annotation_counts)()
+        overview = await in_thread(annotation_counts)()
         history: list[dict[str, Any]] = [
             {"role": "system", "content": system_prompt(overview=overview)},
             {"role": "user", "content": instructions},
         ]
-        context = self._tool_context()
+        context = AgentContext(overview=overview, request=UserRequest(text=instructions))
+        specs = [t.openai_spec() for t in tools]
         for _ in range(SUBTURN_MAX_STEPS):
-            text, calls = await self._ask(history, [t.openai_spec() for t in tools], stream=False)
+            text, calls = await self._ask(history, specs, context, stream=False)
             if not calls:
                 return text
             history.append(
@@ -587,20 +603,23 @@ class TurnRunner:
                 }
             )
             for call in calls:
-                tool = by_name.get(call.name)
-                if tool is None:
-                    run = refusal(f"{call.name} is not available to a sub-agent.")
-                else:
-                    try:
-                        run = await backend_tool_run(
-                            tool=tool, arguments=arguments_decode(call.arguments), context=context
-                        )
-                    except ValueError as exc:
-                        run = refusal(str(exc))
+                run = await self._subturn_call(call, by_name.get(call.name))
                 history.append(
                     {"role": "tool", "tool_call_id": call.id, "content": _json_text(run.content)}
                 )
         return "The helper agent did not finish within its step limit."
+
+    async def _subturn_call(self, call: ToolCallRequest, tool: BackendTool | None) -> ToolRun:
+        if tool is None:
+            return refusal(f"{call.name} is not available to a sub-agent.")
+        try:
+            arguments = arguments_decode(call.arguments)
+        except ValueError as exc:
+            return refusal(str(exc))
+        invalid = tool.arguments_refusal(arguments)
+        if invalid is not None:
+            return invalid
+        return await backend_tool_run(tool=tool, arguments=arguments, context=self._tool_context())
 
 
 def _json_text(content: dict[str, Any]) -> str:

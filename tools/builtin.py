@@ -3,9 +3,15 @@
 from typing import Any
 
 from geosense.annotations import selectors, services
-from geosense.annotations.types import AnnotationNotFound, VectorNotFound
+from geosense.annotations.types import (
+    CLASS_MAX_LENGTH,
+    SIMILAR_K_MAX,
+    SIMILAR_SAMPLES_MAX,
+    AnnotationNotFound,
+    VectorNotFound,
+)
 
-from .registry import BackendTool, ToolContext, ToolError, backend_tool_register
+from .registry import BackendTool, ToolContext, ToolError
 
 SIMILARITY_COST = 5
 INLINE_LIMIT = 20  # rows a result shows the model inline; the rest stays in the artifact
@@ -17,7 +23,7 @@ _BBOX = {
     "minItems": 4,
     "maxItems": 4,
 }
-_CLASS = {"type": "string", "minLength": 1, "maxLength": 64}
+_CLASS = {"type": "string", "minLength": 1, "maxLength": CLASS_MAX_LENGTH}
 _ID = {"type": "integer", "minimum": 1}
 
 
@@ -61,17 +67,15 @@ def list_classes(context: ToolContext, arguments: dict[str, Any]) -> dict[str, A
     return {"counts": counts, "total": sum(counts.values())}
 
 
-backend_tool_register(
-    BackendTool(
-        name="list_classes",
-        description="Counts the annotations per class, optionally inside a bounding box.",
-        arguments={"type": "object", "properties": {"bbox": _BBOX}, "additionalProperties": False},
-        handler=list_classes,
-        explain=lambda a: (
-            "Count the annotations of every class"
-            + (" inside the given area." if a.get("bbox") else ".")
-        ),
-    )
+LIST_CLASSES = BackendTool(
+    name="list_classes",
+    description="Counts the annotations per class, optionally inside a bounding box.",
+    arguments={"type": "object", "properties": {"bbox": _BBOX}, "additionalProperties": False},
+    handler=list_classes,
+    explain=lambda a: (
+        "Count the annotations of every class"
+        + (" inside the given area." if a.get("bbox") else ".")
+    ),
 )
 
 
@@ -101,28 +105,26 @@ def query_annotations(context: ToolContext, arguments: dict[str, Any]) -> dict[s
     return result
 
 
-backend_tool_register(
-    BackendTool(
-        name="query_annotations",
-        description=(
-            "Lists annotations with their id, class, area (m²), length (m) and centroid, filtered "
-            "by class, bounding box or ids, ordered by a measure (e.g. '-area_m2' for the largest "
-            "first). Use limit=1 with an order to find the largest or smallest."
-        ),
-        arguments={
-            "type": "object",
-            "properties": {
-                "class": _CLASS,
-                "bbox": _BBOX,
-                "ids": {"type": "array", "items": _ID, "maxItems": 1000},
-                "order_by": {"enum": ["id", "area_m2", "-area_m2", "length_m", "-length_m"]},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
-            },
-            "additionalProperties": False,
+QUERY_ANNOTATIONS = BackendTool(
+    name="query_annotations",
+    description=(
+        "Lists annotations with their id, class, area (m²), length (m) and centroid, filtered "
+        "by class, bounding box or ids, ordered by a measure (e.g. '-area_m2' for the largest "
+        "first). Use limit=1 with an order to find the largest or smallest."
+    ),
+    arguments={
+        "type": "object",
+        "properties": {
+            "class": _CLASS,
+            "bbox": _BBOX,
+            "ids": {"type": "array", "items": _ID, "maxItems": 1000},
+            "order_by": {"enum": ["id", "area_m2", "-area_m2", "length_m", "-length_m"]},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
         },
-        handler=query_annotations,
-        explain=lambda a: f"List {a.get('class', 'annotation')} annotations.",
-    )
+        "additionalProperties": False,
+    },
+    handler=query_annotations,
+    explain=lambda a: f"List {a.get('class', 'annotation')} annotations.",
 )
 
 
@@ -180,34 +182,32 @@ def spatial_relation(context: ToolContext, arguments: dict[str, Any]) -> dict[st
     }
 
 
-backend_tool_register(
-    BackendTool(
-        name="spatial_relation",
-        description=(
-            "Relates two classes: 'within_distance' finds every source annotation within "
-            "distance_m metres of a target one (with its nearest target and the distance), "
-            "'overlap' finds source annotations overlapping a target (share 0–1 of the source's "
-            "area). The result is stored as an artifact shaped for the highlight block."
-        ),
-        arguments={
-            "type": "object",
-            "properties": {
-                "relation": {"enum": ["within_distance", "overlap"]},
-                "source": _CLASS,
-                "target": _CLASS,
-                "distance_m": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000},
-                "bbox": _BBOX,
-            },
-            "required": ["relation", "source", "target"],
-            "additionalProperties": False,
+SPATIAL_RELATION = BackendTool(
+    name="spatial_relation",
+    description=(
+        "Relates two classes: 'within_distance' finds every source annotation within "
+        "distance_m metres of a target one (with its nearest target and the distance), "
+        "'overlap' finds source annotations overlapping a target (share 0–1 of the source's "
+        "area). The result is stored as an artifact shaped for the highlight block."
+    ),
+    arguments={
+        "type": "object",
+        "properties": {
+            "relation": {"enum": ["within_distance", "overlap"]},
+            "source": _CLASS,
+            "target": _CLASS,
+            "distance_m": {"type": "number", "exclusiveMinimum": 0, "maximum": 100000},
+            "bbox": _BBOX,
         },
-        handler=spatial_relation,
-        explain=lambda a: (
-            f"Find {a.get('source')} annotations within {a.get('distance_m')} m of a {a.get('target')}."
-            if a.get("relation") == "within_distance"
-            else f"Find {a.get('source')} annotations overlapping a {a.get('target')}."
-        ),
-    )
+        "required": ["relation", "source", "target"],
+        "additionalProperties": False,
+    },
+    handler=spatial_relation,
+    explain=lambda a: (
+        f"Find {a.get('source')} annotations within {a.get('distance_m')} m of a {a.get('target')}."
+        if a.get("relation") == "within_distance"
+        else f"Find {a.get('source')} annotations overlapping a {a.get('target')}."
+    ),
 )
 
 
@@ -231,19 +231,17 @@ def measure(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-backend_tool_register(
-    BackendTool(
-        name="measure",
-        description="Measures one annotation: class, geometry type, area (m²), length and perimeter (m), centroid, attributes.",
-        arguments={
-            "type": "object",
-            "properties": {"id": _ID},
-            "required": ["id"],
-            "additionalProperties": False,
-        },
-        handler=measure,
-        explain=lambda a: f"Measure annotation {a.get('id')}.",
-    )
+MEASURE = BackendTool(
+    name="measure",
+    description="Measures one annotation: class, geometry type, area (m²), length and perimeter (m), centroid, attributes.",
+    arguments={
+        "type": "object",
+        "properties": {"id": _ID},
+        "required": ["id"],
+        "additionalProperties": False,
+    },
+    handler=measure,
+    explain=lambda a: f"Measure annotation {a.get('id')}.",
 )
 
 
@@ -265,24 +263,22 @@ def nearest_annotations(context: ToolContext, arguments: dict[str, Any]) -> dict
     }
 
 
-backend_tool_register(
-    BackendTool(
-        name="nearest_annotations",
-        description="The annotations nearest to a point (e.g. the user's location), with distances in metres.",
-        arguments={
-            "type": "object",
-            "properties": {
-                "lat": {"type": "number", "minimum": -90, "maximum": 90},
-                "lon": {"type": "number", "minimum": -180, "maximum": 180},
-                "class": _CLASS,
-                "k": {"type": "integer", "minimum": 1, "maximum": 50},
-            },
-            "required": ["lat", "lon"],
-            "additionalProperties": False,
+NEAREST_ANNOTATIONS = BackendTool(
+    name="nearest_annotations",
+    description="The annotations nearest to a point (e.g. the user's location), with distances in metres.",
+    arguments={
+        "type": "object",
+        "properties": {
+            "lat": {"type": "number", "minimum": -90, "maximum": 90},
+            "lon": {"type": "number", "minimum": -180, "maximum": 180},
+            "class": _CLASS,
+            "k": {"type": "integer", "minimum": 1, "maximum": 50},
         },
-        handler=nearest_annotations,
-        explain=lambda a: "Find the annotations nearest to a point.",
-    )
+        "required": ["lat", "lon"],
+        "additionalProperties": False,
+    },
+    handler=nearest_annotations,
+    explain=lambda a: "Find the annotations nearest to a point.",
 )
 
 
@@ -314,42 +310,40 @@ def similarity_search(context: ToolContext, arguments: dict[str, Any]) -> dict[s
     }
 
 
-backend_tool_register(
-    BackendTool(
-        name="similarity_search",
-        description=(
-            f"Finds the annotations most similar in shape to one or more samples (cosine over "
-            f"feature vectors). Costs {SIMILARITY_COST} credits per call."
-        ),
-        arguments={
-            "type": "object",
-            "properties": {
-                "samples": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": 20,
-                    "items": {
-                        "type": "object",
-                        "properties": {"id": _ID, "v": {"type": "string", "maxLength": 64}},
-                        "required": ["id"],
-                        "additionalProperties": False,
-                    },
+SIMILARITY_SEARCH = BackendTool(
+    name="similarity_search",
+    description=(
+        f"Finds the annotations most similar in shape to one or more samples (cosine over "
+        f"feature vectors). Costs {SIMILARITY_COST} credits per call."
+    ),
+    arguments={
+        "type": "object",
+        "properties": {
+            "samples": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": SIMILAR_SAMPLES_MAX,
+                "items": {
+                    "type": "object",
+                    "properties": {"id": _ID, "v": {"type": "string", "maxLength": 64}},
+                    "required": ["id"],
+                    "additionalProperties": False,
                 },
-                "class": _CLASS,
-                "k": {"type": "integer", "minimum": 1, "maximum": 200},
             },
-            "required": ["samples"],
-            "additionalProperties": False,
+            "class": _CLASS,
+            "k": {"type": "integer", "minimum": 1, "maximum": SIMILAR_K_MAX},
         },
-        handler=similarity_search,
-        cost_credits=SIMILARITY_COST,
-        read_only=False,
-        explain=lambda a: (
-            "Search for annotations similar to "
-            + ", ".join(str(s.get("id")) for s in a.get("samples", []))
-            + "."
-        ),
-    )
+        "required": ["samples"],
+        "additionalProperties": False,
+    },
+    handler=similarity_search,
+    cost_credits=SIMILARITY_COST,
+    read_only=False,
+    explain=lambda a: (
+        "Search for annotations similar to "
+        + ", ".join(str(s.get("id")) for s in a.get("samples", []))
+        + "."
+    ),
 )
 
 
@@ -368,26 +362,24 @@ def delete_annotations(context: ToolContext, arguments: dict[str, Any]) -> dict[
     return result
 
 
-backend_tool_register(
-    BackendTool(
-        name="delete_annotations",
-        description="Deletes annotations by id (soft: an administrator can restore them).",
-        arguments={
-            "type": "object",
-            "properties": {"ids": {"type": "array", "items": _ID, "minItems": 1, "maxItems": 500}},
-            "required": ["ids"],
-            "additionalProperties": False,
-        },
-        handler=delete_annotations,
-        destructive=True,
-        read_only=False,
-        explain=lambda a: (
-            "Delete annotation"
-            + ("s " if len(a.get("ids", [])) != 1 else " ")
-            + ", ".join(str(i) for i in a.get("ids", []))
-            + " (restorable by an administrator)."
-        ),
-    )
+DELETE_ANNOTATIONS = BackendTool(
+    name="delete_annotations",
+    description="Deletes annotations by id (soft: an administrator can restore them).",
+    arguments={
+        "type": "object",
+        "properties": {"ids": {"type": "array", "items": _ID, "minItems": 1, "maxItems": 500}},
+        "required": ["ids"],
+        "additionalProperties": False,
+    },
+    handler=delete_annotations,
+    destructive=True,
+    read_only=False,
+    explain=lambda a: (
+        "Delete annotation"
+        + ("s " if len(a.get("ids", [])) != 1 else " ")
+        + ", ".join(str(i) for i in a.get("ids", []))
+        + " (restorable by an administrator)."
+    ),
 )
 
 
@@ -403,20 +395,31 @@ async def area_report(context: ToolContext, arguments: dict[str, Any]) -> dict[s
     return {"report": text}
 
 
-backend_tool_register(
-    BackendTool(
-        name="area_report",
-        description=(
-            "Asks a helper agent with read-only tools (list_classes, query_annotations, measure) "
-            "to answer a self-contained question about the annotations and report back in text."
-        ),
-        arguments={
-            "type": "object",
-            "properties": {"question": {"type": "string", "minLength": 1, "maxLength": 2000}},
-            "required": ["question"],
-            "additionalProperties": False,
-        },
-        handler=area_report,
-        explain=lambda a: "Ask a helper agent: " + str(a.get("question", ""))[:200],
-    )
+AREA_REPORT = BackendTool(
+    name="area_report",
+    description=(
+        "Asks a helper agent with read-only tools (list_classes, query_annotations, measure) "
+        "to answer a self-contained question about the annotations and report back in text."
+    ),
+    arguments={
+        "type": "object",
+        "properties": {"question": {"type": "string", "minLength": 1, "maxLength": 2000}},
+        "required": ["question"],
+        "additionalProperties": False,
+    },
+    handler=area_report,
+    explain=lambda a: "Ask a helper agent: " + str(a.get("question", ""))[:200],
+)
+
+
+# Registered by ToolsConfig.ready(), in this order (the order the model sees them).
+BUILTIN_TOOLS = (
+    LIST_CLASSES,
+    QUERY_ANNOTATIONS,
+    SPATIAL_RELATION,
+    MEASURE,
+    NEAREST_ANNOTATIONS,
+    SIMILARITY_SEARCH,
+    DELETE_ANNOTATIONS,
+    AREA_REPORT,
 )

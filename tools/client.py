@@ -1,12 +1,13 @@
 """Client tools: tools a browser tab declares on its session socket and answers itself.
 
-A declaration is validated once, when the page registers it (`client_tool_declare`), and
-stored per socket in `ClientToolRegistration`, so every process can see which socket of a
-session holds which tools. A blocking call crosses processes through the channel layer:
-`client_tool_request` sends `client.tool.invoke` to the socket's channel and waits for the
-`client.tool.answer` that the consumer sends back (ENGINE.md, "A client-tool call across
-processes"). Whatever happens, the caller gets a `ClientAnswer`, never an exception: a
-refusal, a time-out or a socket that went away are readable text for the model.
+A declaration is validated once, when the page registers it (`client_tool_declare`); the chat
+core stores it per socket (`chat.models.ClientToolRegistration`), so every process can see
+which socket of a session holds which tools. A blocking call crosses processes through the
+channel layer: `client_tool_request` sends `client.tool.invoke` to the socket's channel and
+waits for the `client.tool.answer` that the consumer sends back (docs/architecture.md, "Client
+tools across processes"; the messages are defined in `geosense.wire`). Whatever happens, the
+caller gets a `ClientAnswer`, never an exception: a refusal, a time-out or a socket that went
+away are readable text for the model.
 """
 
 import asyncio
@@ -15,23 +16,24 @@ import logging
 import re
 import uuid
 import weakref
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
 
 from channels.layers import get_channel_layer
 
-from tools.models import ClientToolRegistration
+from geosense.wire import (
+    CLIENT_TOOL_ANSWER,
+    ClientToolAnswerMessage,
+    ClientToolDeclaration,
+    ClientToolKind,
+    client_tool_declaration,
+    client_tool_forget_message,
+    client_tool_invoke_message,
+)
+from tools.registry import openai_function_spec
 from tools.schemas import SchemaRefused, schema_check, validation_error
 
 logger = logging.getLogger(__name__)
-
-# The engine gave up on a call (time-out, turn cancelled): the socket forgets it, so a late
-# answer from the page is refused as unknown and the page can drop its card.
-# Channel-layer messages between the engine and the consumer holding the socket.
-CLIENT_TOOL_INVOKE = "client.tool.invoke"
-CLIENT_TOOL_ANSWER = "client.tool.answer"
-CLIENT_TOOL_FORGET = "client.tool.forget"
 
 # OpenAI-compatible function names; the same rule keeps names safe in HTML ids and logs.
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -47,7 +49,7 @@ UNREACHABLE = "The client could not be reached; its answer is unknown."
 
 @dataclass(frozen=True)
 class ClientTool:
-    kind: Literal["blocking", "one-way"]
+    kind: ClientToolKind
     name: str
     description: str
     arguments: dict
@@ -56,21 +58,19 @@ class ClientTool:
     # card and the call becomes the turn's pending decision.
     serve: bool
 
-    def declaration(self) -> dict:
-        """The JSON stored in `ClientToolRegistration.tools`."""
-        data: dict[str, Any] = {
-            "kind": self.kind,
-            "name": self.name,
-            "description": self.description,
-            "arguments": self.arguments,
-        }
-        if self.kind == "blocking":
-            data["result"] = self.result
-            data["serve"] = self.serve
-        return data
+    def declaration(self) -> ClientToolDeclaration:
+        """The declaration as registered (stored per socket, read back by every process)."""
+        return client_tool_declaration(
+            kind=self.kind,
+            name=self.name,
+            description=self.description,
+            arguments=self.arguments,
+            result=self.result,
+            serve=self.serve,
+        )
 
     @classmethod
-    def from_declaration(cls, data: dict) -> "ClientTool":
+    def from_declaration(cls, data: ClientToolDeclaration) -> "ClientTool":
         return cls(
             kind=data["kind"],
             name=data["name"],
@@ -81,14 +81,13 @@ class ClientTool:
         )
 
     def openai_spec(self) -> dict:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.arguments,
-            },
-        }
+        return openai_function_spec(
+            name=self.name, description=self.description, parameters=self.arguments
+        )
+
+    def arguments_problem(self, arguments: dict) -> str | None:
+        """Why the model's arguments do not match the declaration, or None."""
+        return validation_error(schema=self.arguments, value=arguments)
 
 
 class ClientToolRefused(ValueError):
@@ -161,41 +160,12 @@ def client_tool_declare(raw: object, *, backend_names: Collection[str]) -> Clien
     )
 
 
-def client_tools_register(*, channel_name: str, session_id, tools: Sequence[ClientTool]) -> None:
-    """Replace this socket's registration; registering on another session moves it there.
-
-    No tools at all removes the registration: the socket then offers nothing.
-    """
-    if not tools:
-        client_tools_unregister(channel_name=channel_name)
-        return
-    ClientToolRegistration.objects.update_or_create(
-        channel_name=channel_name,
-        defaults={"session_id": session_id, "tools": [tool.declaration() for tool in tools]},
-    )
-
-
-def client_tools_unregister(*, channel_name: str) -> None:
-    ClientToolRegistration.objects.filter(channel_name=channel_name).delete()
-
-
 @dataclass(frozen=True)
 class ClientToolset:
+    """The tools one socket of a session offers, and the channel that reaches it."""
+
     channel_name: str
     tools: dict[str, ClientTool]
-
-
-def client_toolset_of_session(*, session_id) -> ClientToolset | None:
-    """The tools of the session's most recently registered socket (a tab), or None."""
-    registration = (
-        ClientToolRegistration.objects.filter(session_id=session_id).order_by("-updated").first()
-    )
-    if registration is None:
-        return None
-    tools = [ClientTool.from_declaration(item) for item in registration.tools]
-    return ClientToolset(
-        channel_name=registration.channel_name, tools={tool.name: tool for tool in tools}
-    )
 
 
 @dataclass(frozen=True)
@@ -261,14 +231,14 @@ async def _pump(layer, replies: _Replies) -> None:
 def _forget_later(layer, channel_name: str, correlation_id: str) -> None:
     """Tell the socket to drop a call the engine no longer awaits (best effort, not awaited)."""
     task = asyncio.ensure_future(
-        layer.send(channel_name, {"type": CLIENT_TOOL_FORGET, "correlation_id": correlation_id})
+        layer.send(channel_name, client_tool_forget_message(correlation_id))
     )
     _background.add(task)
     task.add_done_callback(_background.discard)
     task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
-def _answer_read(tool: ClientTool, message: Mapping[str, Any]) -> ClientAnswer:
+def _answer_read(tool: ClientTool, message: ClientToolAnswerMessage) -> ClientAnswer:
     failure = message.get("failure")
     if isinstance(failure, str):
         return ClientAnswer(ok=False, result=None, error=failure)
@@ -311,13 +281,12 @@ async def client_tool_request(
     waiter = asyncio.get_running_loop().create_future()
     replies.waiting[correlation_id] = waiter
     answered = False
-    invoke = {
-        "type": CLIENT_TOOL_INVOKE,
-        "correlation_id": correlation_id,
-        "reply_to": replies.channel,
-        "name": tool.name,
-        "arguments": arguments,
-    }
+    invoke = client_tool_invoke_message(
+        correlation_id=correlation_id,
+        reply_to=replies.channel,
+        name=tool.name,
+        arguments=arguments,
+    )
     try:
         try:
             await layer.send(channel_name, invoke)

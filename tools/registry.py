@@ -4,12 +4,16 @@ A tool's handler gets a `ToolContext` and its validated arguments and returns a 
 for the model. A `ToolError` (or any exception) becomes a readable refusal for the model: the
 turn goes on. Large payloads go into artifacts through `ToolContext.artifact_save`, and the
 model gets a short summary naming the `artifact_id`.
+
+The built-in tools (`tools.builtin`) are registered once, by `ToolsConfig.ready()`; tests add
+their own for a while with `backend_tools_added`.
 """
 
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,8 +38,8 @@ class SubturnRunner(Protocol):
 
 @dataclass(frozen=True)
 class ToolContext:
-    session_id: Any
-    user_id: int
+    """What a handler may do beyond computing its result."""
+
     artifact_save: ArtifactSaver
     # Runs a sub-turn with a restricted set of backend tools (never client tools).
     subturn: SubturnRunner | None = None
@@ -58,14 +62,28 @@ class BackendTool:
     read_only: bool = True
 
     def openai_spec(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": dict(self.arguments),
-            },
-        }
+        return openai_function_spec(
+            name=self.name, description=self.description, parameters=dict(self.arguments)
+        )
+
+    def arguments_refusal(self, arguments: dict[str, Any]) -> "ToolRun | None":
+        """The refusal the model reads when its arguments do not match, else None."""
+        problem = validation_error(schema=self.arguments, value=arguments)
+        if problem:
+            return refusal(
+                f"Invalid arguments for {self.name}: {problem}. Fix them and call again."
+            )
+        return None
+
+
+def openai_function_spec(
+    *, name: str, description: str, parameters: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A tool as OpenAI-compatible chat-completions servers take it (`tools=[…]`)."""
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
 
 
 @dataclass(frozen=True)
@@ -89,22 +107,27 @@ def backend_tool_register(tool: BackendTool) -> BackendTool:
     return tool
 
 
-def _load_builtins() -> None:
-    from . import builtin  # noqa: F401  (declares the built-in tools on import)
+@contextmanager
+def backend_tools_added(*tools: BackendTool) -> Iterator[None]:
+    """Register `tools` for the duration of a `with` block (tests); then they are gone."""
+    for tool in tools:
+        backend_tool_register(tool)
+    try:
+        yield
+    finally:
+        for tool in tools:
+            _REGISTRY.pop(tool.name, None)
 
 
 def backend_tools() -> list[BackendTool]:
-    _load_builtins()
     return list(_REGISTRY.values())
 
 
 def backend_tool(name: str) -> BackendTool | None:
-    _load_builtins()
     return _REGISTRY.get(name)
 
 
 def backend_tool_names() -> frozenset[str]:
-    _load_builtins()
     return frozenset(_REGISTRY)
 
 
@@ -115,10 +138,8 @@ def refusal(message: str) -> ToolRun:
 async def backend_tool_run(
     *, tool: BackendTool, arguments: dict[str, Any], context: ToolContext
 ) -> ToolRun:
-    """Validate the model's arguments, run the handler, and always return a result."""
-    problem = validation_error(schema=tool.arguments, value=arguments)
-    if problem:
-        return refusal(f"Invalid arguments for {tool.name}: {problem}. Fix them and call again.")
+    """Run the handler on arguments the caller validated (`BackendTool.arguments_refusal`),
+    and always return a result."""
     try:
         if inspect.iscoroutinefunction(tool.handler):
             content = await tool.handler(context, arguments)

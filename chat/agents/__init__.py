@@ -2,15 +2,28 @@
 
 from django.conf import settings
 
-from .base import Agent, AgentChunk, AgentError, TextDelta, Thinking, ToolCallRequest
+from .base import (
+    Agent,
+    AgentChunk,
+    AgentContext,
+    AgentError,
+    AttachedContext,
+    TextDelta,
+    Thinking,
+    ToolCallRequest,
+    UserRequest,
+)
 
 __all__ = [
     "Agent",
     "AgentChunk",
+    "AgentContext",
     "AgentError",
+    "AttachedContext",
     "TextDelta",
     "Thinking",
     "ToolCallRequest",
+    "UserRequest",
     "agent_configured",
 ]
 

@@ -1,7 +1,7 @@
 """What an agent is to the turn engine: a stream of text, thoughts and tool calls."""
 
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -31,9 +31,46 @@ class AgentError(Exception):
     """The agent could not answer (provider down, broken stream); readable for the user."""
 
 
+@dataclass(frozen=True)
+class AttachedContext:
+    """A data context the page attached to a user message (visibility, position, image,
+    selection), stored as the artifact `artifact_id`."""
+
+    type: str
+    artifact_id: str
+    data: Any
+
+
+@dataclass(frozen=True)
+class UserRequest:
+    """The user message a turn answers, as the user sent it, with its contexts."""
+
+    text: str
+    contexts: tuple[AttachedContext, ...] = ()
+
+    def context(self, kind: str) -> AttachedContext | None:
+        """The last context of this type, if the message carries one."""
+        found = [c for c in self.contexts if c.type == kind]
+        return found[-1] if found else None
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    """What the engine knows as data beside the history the model reads as text: the live
+    annotations per class and the request the turn answers. An LLM reads both in its messages;
+    an agent that is code (the local one) reads them here, never parsed back out of text."""
+
+    overview: Mapping[str, int] = field(default_factory=dict)
+    request: UserRequest = field(default_factory=lambda: UserRequest(text=""))
+
+
 class Agent(Protocol):
     def stream(
-        self, *, history: list[dict[str, Any]], tools: list[dict[str, Any]]
+        self,
+        *,
+        history: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        context: AgentContext,
     ) -> AsyncIterator[AgentChunk]:
         """Answer the history (OpenAI chat format, system message first) with these tools."""
         ...

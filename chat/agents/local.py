@@ -1,8 +1,9 @@
 """The local agent: deterministic and offline, documented in docs/local-agent.md.
 
-It decides every step from the history alone (the last user message and the tool results
-after it), so a turn paused for an approval resumes in any process. It uses the same tools,
-blocks and approvals as an LLM would, and streams its text in small deltas.
+It decides every step from what the engine stores (the request the turn answers, with its
+contexts and the dataset overview handed over as data, and the tool results after the request
+in the history), so a turn paused for an approval resumes in any process. It uses the same
+tools, blocks and approvals as an LLM would, and streams its text in small deltas.
 """
 
 import asyncio
@@ -12,12 +13,8 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .base import AgentChunk, TextDelta, Thinking, ToolCallRequest
-from .prompts import overview_from_history
+from .base import AgentChunk, AgentContext, TextDelta, Thinking, ToolCallRequest, UserRequest
 
-CONTEXT_RE = re.compile(
-    r'\n\[context type="(?P<type>[^"]+)" artifact_id="(?P<id>[^"]+)"\] (?P<data>.*)'
-)
 ANSWER_RE = re.compile(
     r'<answer\s+question="(?P<q>[^"]*)"(?:\s+question-option-index="(?P<i>\d+)")?\s*>(?P<msg>.*?)</answer>',
     re.S,
@@ -94,7 +91,7 @@ class Step:
 class Situation:
     text: str  # the user's request, lower-cased, markup reduced to its meaning
     raw: str
-    contexts: dict[str, dict[str, Any]]  # context type → {"artifact_id", "data"}
+    request: UserRequest
     steps: list[Step]
     overview: dict[str, int]
     tools: frozenset[str]
@@ -116,17 +113,11 @@ def _json(text: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"value": value}
 
 
-def situation_read(history: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Situation:
+def situation_read(
+    history: list[dict[str, Any]], tools: list[dict[str, Any]], context: AgentContext
+) -> Situation:
     last_user = max((i for i, m in enumerate(history) if m.get("role") == "user"), default=-1)
-    content = str(history[last_user].get("content") or "") if last_user >= 0 else ""
-    contexts: dict[str, dict[str, Any]] = {}
-    for match in CONTEXT_RE.finditer(content):
-        try:
-            data = json.loads(match["data"])
-        except ValueError:
-            data = None
-        contexts[match["type"]] = {"artifact_id": match["id"], "data": data}
-    raw = CONTEXT_RE.sub("", content).strip()
+    raw = context.request.text.strip()
     results = {
         m["tool_call_id"]: m.get("content")
         for m in history[last_user + 1 :]
@@ -148,9 +139,9 @@ def situation_read(history: list[dict[str, Any]], tools: list[dict[str, Any]]) -
     return Situation(
         text=_meaning(raw).lower(),
         raw=raw,
-        contexts=contexts,
+        request=context.request,
         steps=steps,
-        overview=overview_from_history(history),
+        overview=dict(context.overview),
         tools=names,
         # Every call of the session so far, so the next call id is new in the whole history.
         call_seq=sum(len(m.get("tool_calls") or []) for m in history),
@@ -186,9 +177,13 @@ class LocalAgent:
     """See the module docstring; every answer is built from the tools' results."""
 
     async def stream(
-        self, *, history: list[dict[str, Any]], tools: list[dict[str, Any]]
+        self,
+        *,
+        history: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        context: AgentContext,
     ) -> AsyncIterator[AgentChunk]:
-        situation = situation_read(history, tools)
+        situation = situation_read(history, tools, context)
         for chunk in decide(situation):
             if isinstance(chunk, TextDelta):
                 for piece in re.findall(r"\S+\s*|\s+", chunk.text):
@@ -442,14 +437,14 @@ def _similar(s: Situation, match: re.Match[str]) -> Iterator[AgentChunk]:
 
 
 def _similar_found(s: Situation, attrs: dict[str, str]) -> Iterator[AgentChunk]:
-    selection = s.contexts.get("selection")
-    ids = (selection or {}).get("data", {}) or {}
-    found = ids.get("ids", []) if isinstance(ids, dict) else []
+    selection = s.request.context("selection")
+    data = selection.data if selection is not None else None
+    found = data.get("ids", []) if isinstance(data, dict) else []
     category = attrs.get("class-id", "annotation")
-    if not found:
+    if not found or selection is None:
         yield TextDelta(f"The similarity search found no other {_plural(category)}.")
         return
-    artifact = selection["artifact_id"]
+    artifact = selection.artifact_id
     refs = ", ".join(f'<ref id="{i}" />' for i in found[:5])
     more = f" and {len(found) - 5} more" if len(found) > 5 else ""
     yield TextDelta(
@@ -538,9 +533,14 @@ def _select(s: Situation) -> Iterator[AgentChunk]:
     yield TextDelta(f"You picked {len(ids)} annotation{'s' if len(ids) != 1 else ''}: {refs}.")
 
 
+def _context_data(s: Situation, kind: str) -> dict[str, Any]:
+    attached = s.request.context(kind)
+    return attached.data if attached is not None and isinstance(attached.data, dict) else {}
+
+
 def _see_answered(s: Situation, index: str | None) -> Iterator[AgentChunk]:
-    position = (s.contexts.get("position") or {}).get("data") or {}
-    visibility = (s.contexts.get("visibility") or {}).get("data") or {}
+    position = _context_data(s, "position")
+    visibility = _context_data(s, "visibility")
     if index != "0" or not position:
         yield TextDelta("No problem, I won't look at your view.")
         return

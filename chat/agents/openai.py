@@ -6,7 +6,7 @@ from typing import Any
 
 import openai
 
-from .base import AgentChunk, AgentError, TextDelta, ToolCallRequest
+from .base import AgentChunk, AgentContext, AgentError, TextDelta, ToolCallRequest
 
 REQUEST_TIMEOUT = 60.0  # seconds per request; the client retries connection failures
 MAX_RETRIES = 2
@@ -25,9 +25,16 @@ class OpenAIAgent:
         )
 
     async def stream(
-        self, *, history: list[dict[str, Any]], tools: list[dict[str, Any]]
+        self,
+        *,
+        history: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        context: AgentContext,
     ) -> AsyncIterator[AgentChunk]:
         """Stream text as it comes; yield tool calls once the stream has finished them.
+
+        The model reads everything from `history` (the overview is in the system prompt, the
+        contexts follow their message's text), so `context` is not used here.
 
         Tool-call fragments arrive split across chunks, keyed by `index`; several calls may
         interleave (parallel calls). A stream that ends without a finish reason is broken.

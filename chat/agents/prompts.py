@@ -2,8 +2,6 @@
 
 import json
 
-OVERVIEW_PREFIX = "Dataset overview (live annotations per class): "
-
 MARKUP_GUIDE = """\
 Write plain text. You may embed these GeoSense elements; nothing else is rendered as HTML.
 
@@ -53,25 +51,10 @@ def system_prompt(*, overview: dict[str, int]) -> str:
         [
             "You are GeoSense, an assistant that helps people explore geospatial annotations "
             "(houses, pools, trees, roads, …) drawn on a map.",
-            OVERVIEW_PREFIX + json.dumps(overview, sort_keys=True),
+            "Dataset overview (live annotations per class): "
+            + json.dumps(overview, sort_keys=True),
             "",
             MARKUP_GUIDE,
             RULES,
         ]
     )
-
-
-def overview_from_history(history: list[dict]) -> dict[str, int]:
-    """The overview the system prompt carries (the local agent reads it back)."""
-    for message in history:
-        if message.get("role") == "system":
-            for line in str(message.get("content", "")).splitlines():
-                if line.startswith(OVERVIEW_PREFIX):
-                    try:
-                        return {
-                            str(k): int(v)
-                            for k, v in json.loads(line[len(OVERVIEW_PREFIX) :]).items()
-                        }
-                    except (ValueError, AttributeError):
-                        return {}
-    return {}

@@ -14,15 +14,14 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from chat.events import GROUP_TURN_EVENT, session_group
-from chat.models import ChatSession
+from chat.events import session_group
+from chat.models import ChatSession, ClientToolRegistration
+from chat.selectors import client_toolset_of_session
+from geosense import wire
 from geosense.accounts.services import api_token_create
 from geosense.asgi import application
 from tests.client_tools import FOCUS, LOCATION
-from tools.client import client_tool_request, client_toolset_of_session
-from tools.models import ClientToolRegistration
-
-BACKEND_NAMES = frozenset({"list_classes", "query_annotations", "measure"})
+from tools.client import client_tool_request
 
 
 @dataclass
@@ -33,10 +32,9 @@ class Person:
 
 
 @pytest.fixture(autouse=True)
-def fresh_layer(monkeypatch):
-    """An empty in-memory layer per test, and a stand-in for the backend tool names."""
+def fresh_layer():
+    """An empty in-memory layer per test."""
     async_to_sync(get_channel_layer().flush)()
-    monkeypatch.setattr("chat.consumers._backend_names", lambda: BACKEND_NAMES)
 
 
 def person(name: str) -> Person:
@@ -189,7 +187,7 @@ async def test_bind_to_another_users_or_an_unknown_session_answers_404(alice, bo
 
 async def emit(session: ChatSession, event: str, data: dict) -> None:
     await get_channel_layer().group_send(
-        session_group(session.pk), {"type": GROUP_TURN_EVENT, "event": event, "data": data}
+        session_group(session.pk), wire.turn_event_message(wire.TurnEvent(event, data))
     )
 
 

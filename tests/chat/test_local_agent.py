@@ -7,7 +7,7 @@ import re
 import pytest
 
 from chat.markup import parse_message
-from chat.models import Artifact
+from chat.models import Artifact, ClientToolRegistration
 from chat.selectors import artifacts_map
 from geosense.annotations.selectors import (
     annotation_counts,
@@ -15,7 +15,6 @@ from geosense.annotations.selectors import (
     annotations_within_distance,
 )
 from tests.chat.helpers import post_stream
-from tools.models import ClientToolRegistration
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 

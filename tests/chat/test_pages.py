@@ -4,7 +4,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from chat import services
+from chat import approvals, services
 from chat.models import ChatSession, Message
 from geosense.accounts.services import credit_set
 
@@ -38,10 +38,11 @@ def _paused_turn(session: ChatSession, *, tool: str = "delete_annotations") -> M
     message = services.message_store(
         session_id=session.pk, turn=1, role="assistant", content="", tool_calls=[call]
     )
-    services.approval_create(
+    approvals.approval_create(
         session_id=session.pk,
         message=message,
-        call=call,
+        tool_call_id=call["id"],
+        tool_name=call["name"],
         arguments={"ids": [12]},
         reasons=["destructive", "credits"],
         cost=5,

@@ -6,12 +6,10 @@ import json
 import pytest
 
 from chat import services
-from chat.models import ChatSession, Message
+from chat.models import ChatSession, ClientToolRegistration, Message
 from chat.turns import turns_settle
 from tests.chat.helpers import history_is_valid, post_stream, stored_history_is_valid
-from tools import registry
-from tools.models import ClientToolRegistration
-from tools.registry import BackendTool, ToolError
+from tools.registry import BackendTool, ToolError, backend_tools_added
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
@@ -89,9 +87,7 @@ async def test_schema_invalid_arguments_become_a_readable_result_and_the_turn_go
     assert history_is_valid(openai_agent.requests[1]["messages"])
 
 
-async def test_a_raising_handler_becomes_a_readable_result(
-    client, trusted_caller, openai_agent, monkeypatch
-):
+async def test_a_raising_handler_becomes_a_readable_result(client, trusted_caller, openai_agent):
     def explode(context, arguments):
         raise RuntimeError("disk on fire")
 
@@ -99,17 +95,15 @@ async def test_a_raising_handler_becomes_a_readable_result(
         raise ToolError("That id does not exist.")
 
     empty = {"type": "object", "properties": {}, "additionalProperties": False}
-    monkeypatch.setitem(
-        registry._REGISTRY, "explode", BackendTool("explode", "Fails.", empty, explode)
-    )
-    monkeypatch.setitem(
-        registry._REGISTRY, "refuse", BackendTool("refuse", "Refuses.", empty, refuse)
-    )
     openai_agent.reply_tool_calls([("c1", "explode", {}), ("c2", "refuse", {})])
     openai_agent.reply_text("Both failed.")
-    out = await post_stream(
-        client, trusted_caller.url("/message/stream"), {"text": "x"}, token=trusted_caller.token
-    )
+    with backend_tools_added(
+        BackendTool("explode", "Fails.", empty, explode),
+        BackendTool("refuse", "Refuses.", empty, refuse),
+    ):
+        out = await post_stream(
+            client, trusted_caller.url("/message/stream"), {"text": "x"}, token=trusted_caller.token
+        )
     first, second = out.of("backend_tool_call")
     assert first["ok"] is False and "internal error (RuntimeError)" in first["error"]
     assert "disk on fire" not in first["error"]  # internals stay on the server

@@ -76,13 +76,15 @@ ENGINE = """
 import asyncio, json
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from chat.events import GROUP_TURN_EVENT, session_group
-from tools.client import client_tool_request, client_toolset_of_session
+from chat.events import session_group
+from chat.selectors import client_toolset_of_session
+from geosense import wire
+from tools.client import client_tool_request
 
 async def main():
     await get_channel_layer().group_send(
         session_group("{session}"),
-        {{"type": GROUP_TURN_EVENT, "event": "turn_start", "data": {{"session": "{session}"}}}},
+        wire.turn_event_message(wire.turn_start(session="{session}", turn=1)),
     )
     toolset = await sync_to_async(client_toolset_of_session)(session_id="{session}")
     answer = await client_tool_request(
@@ -205,7 +207,7 @@ async def test_a_call_from_another_process_reaches_the_socket_and_comes_back(clu
             assert await frame(ws) == {
                 "type": "event",
                 "event": "turn_start",
-                "data": {"session": cluster["session"]},
+                "data": {"session": cluster["session"], "turn": 1},
             }
         invoke = await frame(holder)
         assert invoke["type"] == "client-tool-invoke"

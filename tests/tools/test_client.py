@@ -1,25 +1,18 @@
-"""Client-tool declarations, their storage per socket, and the engine's side of a call."""
+"""Client-tool declarations and the engine's side of a call (the storage per socket is in
+tests/chat/test_client_tool_registrations.py)."""
 
 import asyncio
 
 import pytest
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from django.contrib.auth import get_user_model
 
-from chat.models import ChatSession
+from geosense.wire import CLIENT_TOOL_ANSWER, CLIENT_TOOL_FORGET, CLIENT_TOOL_INVOKE
 from tests.client_tools import PICK
 from tools.client import (
-    CLIENT_TOOL_ANSWER,
-    CLIENT_TOOL_FORGET,
-    CLIENT_TOOL_INVOKE,
     ClientTool,
     ClientToolRefused,
     client_tool_declare,
     client_tool_request,
-    client_tools_register,
-    client_tools_unregister,
-    client_toolset_of_session,
 )
 
 SHOW = {
@@ -85,34 +78,6 @@ def test_an_oversized_declaration_is_refused():
             {**PICK, "arguments": {"type": "object", "description": "x" * 20_000}}, backend_names=()
         )
     assert "larger than 16 KiB" in refused.value.reason
-
-
-@pytest.fixture
-def session(transactional_db) -> ChatSession:
-    user = get_user_model().objects.create_user("carol")
-    return ChatSession.objects.create(user=user)
-
-
-def test_a_session_without_a_registered_socket_has_no_toolset(session):
-    assert client_toolset_of_session(session_id=session.pk) is None
-
-
-def test_registering_no_tools_removes_the_registration(session):
-    tool = client_tool_declare(PICK, backend_names=())
-    client_tools_register(channel_name="specific.a", session_id=session.pk, tools=[tool])
-    assert client_toolset_of_session(session_id=session.pk).tools == {"map_select": tool}
-    client_tools_register(channel_name="specific.a", session_id=session.pk, tools=[])
-    assert client_toolset_of_session(session_id=session.pk) is None
-
-
-def test_unregistering_a_socket_removes_only_its_tools(session):
-    pick, show = (client_tool_declare(raw, backend_names=()) for raw in (PICK, SHOW))
-    client_tools_register(channel_name="specific.a", session_id=session.pk, tools=[pick])
-    client_tools_register(channel_name="specific.b", session_id=session.pk, tools=[show])
-    client_tools_unregister(channel_name="specific.b")
-    toolset = client_toolset_of_session(session_id=session.pk)
-    assert toolset.channel_name == "specific.a"
-    assert list(toolset.tools) == ["map_select"]
 
 
 class FakeSocket:
@@ -208,14 +173,3 @@ async def test_a_layer_that_cannot_deliver_answers_the_model_readably(monkeypatc
     )
     assert not answer.ok
     assert answer.error == "The client could not be reached; its answer is unknown."
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.asyncio
-async def test_registration_is_visible_to_async_callers(session):
-    tool = client_tool_declare(SHOW, backend_names=())
-    await database_sync_to_async(client_tools_register)(
-        channel_name="specific.c", session_id=session.pk, tools=[tool]
-    )
-    toolset = await database_sync_to_async(client_toolset_of_session)(session_id=session.pk)
-    assert toolset.tools["map_focus"].kind == "one-way"

@@ -1,0 +1,50 @@
+"""The client tools each socket registered, stored so that every process can read them."""
+
+import pytest
+from channels.db import database_sync_to_async
+from django.contrib.auth import get_user_model
+
+from chat.models import ChatSession
+from chat.selectors import client_toolset_of_session
+from chat.services import client_tools_register, client_tools_unregister
+from tests.client_tools import FOCUS, PICK
+from tools.client import client_tool_declare
+
+
+@pytest.fixture
+def session(transactional_db) -> ChatSession:
+    user = get_user_model().objects.create_user("carol")
+    return ChatSession.objects.create(user=user)
+
+
+def test_a_session_without_a_registered_socket_has_no_toolset(session):
+    assert client_toolset_of_session(session_id=session.pk) is None
+
+
+def test_registering_no_tools_removes_the_registration(session):
+    tool = client_tool_declare(PICK, backend_names=())
+    client_tools_register(channel_name="specific.a", session_id=session.pk, tools=[tool])
+    assert client_toolset_of_session(session_id=session.pk).tools == {"map_select": tool}
+    client_tools_register(channel_name="specific.a", session_id=session.pk, tools=[])
+    assert client_toolset_of_session(session_id=session.pk) is None
+
+
+def test_unregistering_a_socket_removes_only_its_tools(session):
+    pick, show = (client_tool_declare(raw, backend_names=()) for raw in (PICK, FOCUS))
+    client_tools_register(channel_name="specific.a", session_id=session.pk, tools=[pick])
+    client_tools_register(channel_name="specific.b", session_id=session.pk, tools=[show])
+    client_tools_unregister(channel_name="specific.b")
+    toolset = client_toolset_of_session(session_id=session.pk)
+    assert toolset.channel_name == "specific.a"
+    assert list(toolset.tools) == ["map_select"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_registration_is_visible_to_async_callers(session):
+    tool = client_tool_declare(FOCUS, backend_names=())
+    await database_sync_to_async(client_tools_register)(
+        channel_name="specific.c", session_id=session.pk, tools=[tool]
+    )
+    toolset = await database_sync_to_async(client_toolset_of_session)(session_id=session.pk)
+    assert toolset.tools["map_focus"].kind == "one-way"
