@@ -15,8 +15,6 @@ sides name the same events, frames and context types.
 Nothing here imports from the rest of GeoSense: every layer may use it.
 """
 
-from __future__ import annotations
-
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -318,7 +316,7 @@ def client_tool_invoke_message(
 
 
 def client_tool_answer_message(
-    frame: ClientToolResultFrame, *, error_max_chars: int
+    frame: "ClientToolResultFrame", *, error_max_chars: int
 ) -> ClientToolAnswerMessage:
     """The page's answer, passed on to the engine (a refusal cut to `error_max_chars`)."""
     answer = ClientToolAnswerMessage(type=CLIENT_TOOL_ANSWER, correlation_id=frame["correlationId"])

@@ -4,12 +4,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import AsyncClient
 
 from chat.models import ChatSession
 from geosense.accounts.services import api_token_create, credit_set
 from geosense.annotations.services import demo_seed
+from tests.wire_shapes import server_frame_problem
 
 
 @dataclass
@@ -56,3 +58,17 @@ def openai_agent(settings, fake_llm) -> Iterator[object]:
     settings.GEOSENSE_LLM_BASE_URL = fake_llm.base_url
     settings.GEOSENSE_LLM_MODEL = "fake-model"
     yield fake_llm
+
+
+@pytest.fixture(autouse=True)
+def frames_have_their_wire_shape(monkeypatch):
+    """Every frame a test receives from the socket must have its shape in `geosense.wire`."""
+    receive = WebsocketCommunicator.receive_json_from
+
+    async def checked(self, *args, **kwargs):
+        frame = await receive(self, *args, **kwargs)
+        problem = server_frame_problem(frame)
+        assert problem is None, f"the socket sent a malformed frame: {problem}"
+        return frame
+
+    monkeypatch.setattr(WebsocketCommunicator, "receive_json_from", checked)

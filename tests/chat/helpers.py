@@ -8,6 +8,7 @@ from django.test import AsyncClient
 
 from chat.models import Message
 from chat.turns import turns_settle
+from tests.wire_shapes import event_problem
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class Streamed:
 
 
 def sse_parse(raw: str) -> list[tuple[str, dict[str, Any]]]:
+    """The events of a stream; each must have its shape in `geosense.wire`."""
     events = []
     for block in raw.split("\n\n"):
         name, data = None, None
@@ -42,6 +44,8 @@ def sse_parse(raw: str) -> list[tuple[str, dict[str, Any]]]:
             elif line.startswith("data: "):
                 data = json.loads(line[6:])
         if name is not None:
+            problem = event_problem(name, data)
+            assert problem is None, f"the stream sent a malformed event: {problem}"
             events.append((name, data))
     return events
 

@@ -185,17 +185,15 @@ async def test_bind_to_another_users_or_an_unknown_session_answers_404(alice, bo
     await ws.disconnect()
 
 
-async def emit(session: ChatSession, event: str, data: dict) -> None:
-    await get_channel_layer().group_send(
-        session_group(session.pk), wire.turn_event_message(wire.TurnEvent(event, data))
-    )
+async def emit(session: ChatSession, event: wire.TurnEvent) -> None:
+    await get_channel_layer().group_send(session_group(session.pk), wire.turn_event_message(event))
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 async def test_turn_events_of_the_bound_session_reach_every_bound_socket(alice):
     first, second = await bound(alice), await bound(alice)
-    await emit(alice.session, "text_delta", {"delta": "Hello"})
+    await emit(alice.session, wire.text_delta("Hello"))
     for ws in (first, second):
         assert await ws.receive_json_from() == {
             "type": "event",
@@ -210,7 +208,7 @@ async def test_turn_events_of_the_bound_session_reach_every_bound_socket(alice):
 @pytest.mark.asyncio
 async def test_an_unbound_socket_hears_no_turn_events(alice):
     ws = await connected(alice)
-    await emit(alice.session, "text_delta", {"delta": "Hello"})
+    await emit(alice.session, wire.text_delta("Hello"))
     assert await ws.receive_nothing()
     await ws.disconnect()
 
@@ -222,8 +220,8 @@ async def test_rebind_switches_the_session_whose_events_arrive(alice):
     ws = await bound(alice)
     await ws.send_json_to({"type": "session-bind", "session": str(other.pk)})
     assert await ws.receive_json_from() == {"type": "session-bound", "session": str(other.pk)}
-    await emit(alice.session, "text_delta", {"delta": "old"})
-    await emit(other, "text_delta", {"delta": "new"})
+    await emit(alice.session, wire.text_delta("old"))
+    await emit(other, wire.text_delta("new"))
     assert (await ws.receive_json_from())["data"] == {"delta": "new"}
     assert await ws.receive_nothing()
     await ws.disconnect()
@@ -235,8 +233,8 @@ async def test_a_refused_rebind_keeps_the_current_binding(alice, bob):
     ws = await bound(alice)
     await ws.send_json_to({"type": "session-bind", "session": str(bob.session.pk)})
     assert (await ws.receive_json_from())["status"] == 404
-    await emit(alice.session, "message", {"id": 1})
-    assert (await ws.receive_json_from())["event"] == "message"
+    await emit(alice.session, wire.error("still here"))
+    assert (await ws.receive_json_from())["data"] == {"message": "still here"}
     await ws.disconnect()
 
 
