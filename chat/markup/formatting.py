@@ -1,7 +1,10 @@
 """Human formatting of the measures markup carries: lengths, areas, overlaps, credits, positions.
 
-Pure functions, shared by the markup renderer and the `geosense_format` template filters.
-Precision follows what a map can show: a few significant digits, never false precision.
+Pure functions, shared by the markup renderer and the `geosense_format` template filters; the
+page formats the same texts (static/geosense/format.js), and tests/formatting_cases.json is the
+table of cases both sides must agree on (tests/chat/test_formatting.py also compares thousands
+of generated values). Precision follows what a map can show: a few significant digits, never
+false precision.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 // Human formatting of measures on the page: the same text the server's markup renders
 // (chat/markup/formatting.py), so a link label on the map and the chip in the transcript agree.
+// tests/formatting_cases.json is the table both sides format (tests/js/format.test.mjs here,
+// tests/chat/test_formatting.py there, which also compares thousands of generated values).
 // Python rounds exact ties half-to-even and Number#toFixed rounds them up; `fixed` follows Python.
 
 const NUMBER_TEXT = /^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$/;
