@@ -1,16 +1,15 @@
 """GeoSense message markup: parse a message into typed blocks and render them safely.
 
-An assistant message is free text with embedded elements (the seed
-`interactions-and-tools.txt`): `<question id>` with `<header>` and `<option message context>`,
-`<tool type="highlight" data>`, `<tool type="find-similar" data>`, and inline `<distance
-value>`, `<size value>`, `<area value|id>`, `<ref id>`, `<id v>…</id>`, `<i>`, `<b>`. A user
-message carries `<answer question question-option-index>` and `<response type class-id
-request>`.
+An assistant message is free text with embedded elements (docs/markup.md): `<question id>`
+with `<header>` and `<option message context>`, `<tool type="highlight" data>`, `<tool
+type="find-similar" data>`, and inline `<distance value>`, `<size value>`, `<area value|id>`,
+`<ref id>`, `<id v>…</id>`, `<i>`, `<b>`. A user message carries `<answer question
+question-option-index>` and `<response type class-id request>`.
 
 How it works, and why it is safe:
 1. Interpolation (assistant messages only). Each `${artifact_id.path}` is swapped for an
    opaque token (private-use sentinels around an index) before any tag is read, so the text is
-   "replaced textually before attribute parsing" as the seed says, yet a value full of quotes
+   "replaced textually before attribute parsing" (docs/markup.md), yet a value full of quotes
    cannot end the attribute it sits in. After tokenizing, an attribute that is exactly one
    placeholder takes the artifact value itself (`data="${artifact-1}"` is that artifact's
    JSON object); a placeholder inside a longer value or in text becomes its text (strings as
@@ -18,7 +17,7 @@ How it works, and why it is safe:
    value" marker in text and a failed attribute (an error chip) in a tag.
 2. Tokenizing only knows GeoSense's element names; `<script>`, unknown tags and tags that do
    not parse stay text. Tags are paired per name in one pass; blocks never nest (an inner
-   block becomes an error chip). Payloads are validated against the seed's type contracts
+   block becomes an error chip). Payloads are validated against the type contracts of docs/markup.md
    (`validation`), capped in size, and a bad one becomes an error chip while the rest of the
    message renders.
 3. Rendering builds HTML only from the templates in `templates/chat/blocks/` with

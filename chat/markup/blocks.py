@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-CONTEXT_TYPES = ("visibility", "position", "image")
 ATTRIBUTE_TYPES = frozenset({"length", "area", "pixels", "credits", "position"})
 
 

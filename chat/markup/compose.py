@@ -26,7 +26,7 @@ def answer_compose(*, question_id: str, option_index: int | None, message: str) 
 
 
 def response_compose(*, class_id: str, request_id: str, count: int, class_name: str) -> str:
-    """The find-similar response of the seed, with its human-readable sentence."""
+    """The find-similar response of docs/markup.md, with its human-readable sentence."""
     sentence = (
         f"Find Similar located {int(count)} result{'' if count == 1 else 's'} "
         f"belonging to class {class_name.strip()}."

@@ -9,9 +9,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from geosense.wire import MAP_CONTEXT_TYPES
+
 from . import syntax
 from .blocks import (
-    CONTEXT_TYPES,
     Answer,
     Area,
     Block,
@@ -375,7 +376,7 @@ class _Parser:
             return Option(index, label, "", (), "message is too long")
         context = self.attr(tag, "context") if "context" in tag.attrs else ""
         words = context.split() if isinstance(context, str) else []
-        known = tuple(dict.fromkeys(w for w in words if w in CONTEXT_TYPES))
+        known = tuple(dict.fromkeys(w for w in words if w in MAP_CONTEXT_TYPES))
         return Option(index, label, message, known)
 
     # --- user messages ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Strict checks of the tool payloads against the seed's type contracts.
+"""Strict checks of the tool payloads against their type contracts (docs/markup.md).
 
 Each check returns None for a valid payload or a short reason a person can read in the error
 chip's tooltip. Checks over the per-id arrays use C-level builtins (`set(map(type, …))`,
