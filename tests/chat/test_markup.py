@@ -1,4 +1,5 @@
-"""The message markup on the seed's own examples: parsed, interpolated, rendered, answered."""
+"""The message markup on its documented examples (docs/markup.md, after the design's source
+document): parsed, interpolated, rendered, answered."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from chat.markup.formatting import (
     format_position,
 )
 
-# --- the seed's examples, verbatim ----------------------------------------------------------
+# --- the documented examples, verbatim ----------------------------------------------------------
 GENERIC_QUESTION = """<question id="1">
   <header>Would you like to proceed?</header>
   <option message="Yes, proceed with the aforementioned command.">Yes</option>
