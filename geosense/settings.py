@@ -5,8 +5,11 @@ writes on its first run (`geosense/envfile.py`): a real variable always wins ove
 `.env.example` lists every variable read here.
 """
 
+import json
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -149,6 +152,59 @@ if GEOSENSE_AGENT not in {"local", "openai"}:
 GEOSENSE_LLM_BASE_URL = _llm_base_url
 GEOSENSE_LLM_MODEL = os.environ.get("GEOSENSE_LLM_MODEL", "")
 GEOSENSE_LLM_API_KEY = os.environ.get("GEOSENSE_LLM_API_KEY", "")
+
+
+def _env_number(name: str, kind: type, *, low: float, high: float | None = None) -> Any:
+    """An optional number from the environment, refused at start-up when it is out of range."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = kind(raw)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise ImproperlyConfigured(f"{name} must be {what}, not {raw!r}.") from None
+    if value < low or (high is not None and value > high):
+        limits = f"at least {low}" if high is None else f"between {low} and {high}"
+        raise ImproperlyConfigured(f"{name} must be {limits}, not {raw!r}.")
+    return value
+
+
+def _env_headers(name: str) -> dict[str, str]:
+    """Extra HTTP headers as a JSON object of names to string values."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return {}
+    try:
+        headers = json.loads(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} is not valid JSON.") from None
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str)
+        and _HEADER_NAME_RE.fullmatch(k)
+        and isinstance(v, str)
+        and not _HEADER_BREAK_RE.search(v)
+        for k, v in headers.items()
+    ):
+        raise ImproperlyConfigured(
+            f'{name} must be a JSON object of header names to text values, e.g. {{"api-key": "…"}}.'
+        )
+    return headers
+
+
+_HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_BREAK_RE = re.compile(r"[\r\n\x00]")
+GEOSENSE_LLM_HEADERS = _env_headers("GEOSENSE_LLM_HEADERS")
+GEOSENSE_LLM_TEMPERATURE = _env_number("GEOSENSE_LLM_TEMPERATURE", float, low=0, high=2)
+GEOSENSE_LLM_MAX_TOKENS = _env_number("GEOSENSE_LLM_MAX_TOKENS", int, low=1)
+GEOSENSE_LLM_TIMEOUT = _env_number("GEOSENSE_LLM_TIMEOUT", float, low=1) or 60.0
+GEOSENSE_LLM_TOOL_CHOICE = os.environ.get("GEOSENSE_LLM_TOOL_CHOICE", "").strip() or None
+if GEOSENSE_LLM_TOOL_CHOICE is not None and not re.fullmatch(
+    r"auto|none|required|[A-Za-z0-9_-]{1,64}", GEOSENSE_LLM_TOOL_CHOICE
+):
+    raise ImproperlyConfigured(
+        "GEOSENSE_LLM_TOOL_CHOICE must be auto, none, required or the name of a tool."
+    )
 GEOSENSE_CLIENT_TOOL_TIMEOUT = float(os.environ.get("GEOSENSE_CLIENT_TOOL_TIMEOUT", "30"))
 GEOSENSE_MAP_TILE_URL = os.environ.get("GEOSENSE_MAP_TILE_URL", "")
 # The local superuser `make run` keeps (`manage.py local_admin`, DEBUG only); `.env` holds it.

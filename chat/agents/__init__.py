@@ -31,12 +31,19 @@ __all__ = [
 def agent_configured() -> Agent:
     """The agent chosen by GEOSENSE_AGENT (read at each turn, so tests can switch it)."""
     if settings.GEOSENSE_AGENT == "openai":
-        from .openai import OpenAIAgent
+        from .openai import OpenAIAgent, ProviderConfig
 
         return OpenAIAgent(
-            base_url=settings.GEOSENSE_LLM_BASE_URL,
-            model=settings.GEOSENSE_LLM_MODEL,
-            api_key=settings.GEOSENSE_LLM_API_KEY,
+            ProviderConfig(
+                base_url=settings.GEOSENSE_LLM_BASE_URL,
+                model=settings.GEOSENSE_LLM_MODEL,
+                api_key=settings.GEOSENSE_LLM_API_KEY,
+                headers=settings.GEOSENSE_LLM_HEADERS,
+                temperature=settings.GEOSENSE_LLM_TEMPERATURE,
+                max_tokens=settings.GEOSENSE_LLM_MAX_TOKENS,
+                timeout=settings.GEOSENSE_LLM_TIMEOUT,
+                tool_choice=settings.GEOSENSE_LLM_TOOL_CHOICE,
+            )
         )
     from .local import LocalAgent
 

@@ -1,27 +1,87 @@
-"""An agent backed by any OpenAI-compatible chat-completions server (streaming, tools)."""
+"""An agent backed by any OpenAI-compatible chat-completions server (streaming, tools).
+
+The request goes through the `openai` SDK (authentication, retries of a failed connection
+before the answer starts, HTTP errors); the streamed body is read line by line and handed to
+`wire.sse_events` and `wire.ChunkParser`, because the servers people run stream in dialects the
+SDK's own stream reader hides or rejects (docs/models.md, "How each server streams").
+"""
+
+from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2
 import openai
 
-from .base import AgentChunk, AgentContext, AgentError, TextDelta, ToolCallRequest
+from .base import AgentChunk, AgentContext, AgentError
+from .wire import DONE, ChunkParser, SseError, Usage, chunk_decode, server_error_message, sse_events
 
-REQUEST_TIMEOUT = 60.0  # seconds per request; the client retries connection failures
-MAX_RETRIES = 2
+logger = logging.getLogger(__name__)
+
+MAX_RETRIES = 2  # connection failures and 5xx before the answer starts
+TOOL_CHOICE_MODES = ("auto", "none", "required")
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """Where and how to ask the model (the GEOSENSE_LLM_* settings, validated at start-up)."""
+
+    base_url: str
+    model: str = ""
+    api_key: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    temperature: float | None = None
+    max_tokens: int | None = None
+    timeout: float = 60.0
+    tool_choice: str | None = None
+
+
+def chat_request(
+    config: ProviderConfig, *, history: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The body of one streamed chat-completions request.
+
+    `tool_choice` "required" or a tool's name applies to the first step of a turn only (the
+    history ends with the user's message): on every step it would forbid the final answer.
+    """
+    body: dict[str, Any] = {
+        "model": config.model or "default",
+        "messages": history,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if tools:
+        body["tools"] = tools
+        choice = config.tool_choice
+        first_step = bool(history) and history[-1].get("role") == "user"
+        if choice in ("auto", "none") or (choice == "required" and first_step):
+            body["tool_choice"] = choice
+        elif choice and choice not in TOOL_CHOICE_MODES and first_step:
+            if any(t.get("function", {}).get("name") == choice for t in tools):
+                body["tool_choice"] = {"type": "function", "function": {"name": choice}}
+    if config.temperature is not None:
+        body["temperature"] = config.temperature
+    if config.max_tokens is not None:
+        body["max_tokens"] = config.max_tokens
+    return body
 
 
 class OpenAIAgent:
-    def __init__(self, *, base_url: str, model: str, api_key: str = "") -> None:
-        if not base_url:
+    def __init__(self, config: ProviderConfig) -> None:
+        if not config.base_url:
             raise AgentError("GEOSENSE_LLM_BASE_URL is not set.")
-        self.model = model or "default"
+        self.config = config
+        self.usage: Usage | None = None  # of the last request, when the server reported it
         self.client = openai.AsyncOpenAI(
-            base_url=base_url,
-            api_key=api_key or "not-needed",
-            timeout=REQUEST_TIMEOUT,
+            base_url=config.base_url,
+            api_key=config.api_key or "not-needed",
+            timeout=config.timeout,
             max_retries=MAX_RETRIES,
+            default_headers=dict(config.headers),
         )
 
     async def stream(
@@ -31,54 +91,70 @@ class OpenAIAgent:
         tools: list[dict[str, Any]],
         context: AgentContext,
     ) -> AsyncIterator[AgentChunk]:
-        """Stream text as it comes; yield tool calls once the stream has finished them.
+        """Stream text and reasoning as they come; yield the tool calls once the stream ends.
 
         The model reads everything from `history` (the overview is in the system prompt, the
-        contexts follow their message's text), so `context` is not used here.
-
-        Tool-call fragments arrive split across chunks, keyed by `index`; several calls may
-        interleave (parallel calls). A stream that ends without a finish reason is broken.
-        """
-        calls: dict[int, dict[str, str]] = {}
-        finished = False
+        contexts follow their message's text), so `context` is not used here."""
+        parser = ChunkParser()
+        done = False
+        body = chat_request(self.config, history=history, tools=tools)
         try:
-            kwargs: dict[str, Any] = {"model": self.model, "messages": history, "stream": True}
-            if tools:
-                kwargs["tools"] = tools
-            stream = await self.client.chat.completions.create(**kwargs)
-            async with stream:
-                async for chunk in stream:
-                    for choice in chunk.choices or []:
-                        delta = choice.delta
-                        if delta is not None and delta.content:
-                            yield TextDelta(delta.content)
-                        for fragment in (delta.tool_calls if delta is not None else None) or []:
-                            call = calls.setdefault(
-                                fragment.index, {"id": "", "name": "", "arguments": ""}
-                            )
-                            if fragment.id:
-                                call["id"] = fragment.id
-                            if fragment.function is not None:
-                                call["name"] += fragment.function.name or ""
-                                call["arguments"] += fragment.function.arguments or ""
-                        if choice.finish_reason:
-                            finished = True
-        except asyncio.CancelledError:
+            async with self.client.chat.completions.with_streaming_response.create(
+                **body
+            ) as response:
+                async for event in _events(response.iter_lines()):
+                    if isinstance(event, SseError):
+                        raise AgentError(server_error_message(event.error))
+                    if event.data == DONE:
+                        done = True
+                        break
+                    for item in parser.feed(chunk_decode(event.data)):
+                        yield item
+        except (asyncio.CancelledError, AgentError):
             raise
         except openai.APIStatusError as exc:
-            raise AgentError(f"The language model server answered HTTP {exc.status_code}.") from exc
-        except openai.APITimeoutError as exc:
+            raise AgentError(_status_message(exc)) from exc
+        except (openai.APITimeoutError, httpx2.TimeoutException) as exc:
             raise AgentError("The language model server did not answer in time.") from exc
-        except (openai.APIError, OSError, ValueError) as exc:
+        except (openai.APIError, httpx2.HTTPError, OSError, UnicodeDecodeError) as exc:
             raise AgentError(
                 f"The language model stream broke off ({type(exc).__name__})."
             ) from exc
-        if not finished:
-            raise AgentError("The language model stream ended before it was complete.")
-        for index in sorted(calls):
-            call = calls[index]
-            if not call["name"]:
-                raise AgentError("The language model sent a tool call without a name.")
-            yield ToolCallRequest(
-                id=call["id"] or f"call_{index}", name=call["name"], arguments=call["arguments"]
-            )
+        for item in parser.close(done=done):
+            if isinstance(item, Usage):
+                self.usage = item
+            else:
+                yield item
+        if parser.finish_reason not in (None, "stop", "tool_calls", "function_call"):
+            logger.warning("the model's answer ended with finish_reason=%s", parser.finish_reason)
+
+
+async def _events(lines: AsyncIterator[str]) -> AsyncIterator[Any]:
+    """`wire.sse_events` over an async line stream, one line at a time."""
+    pending: list[str] = []
+    async for line in lines:
+        if line:
+            pending.append(line)
+            continue
+        for event in sse_events([*pending, ""]):
+            yield event
+        pending = []
+    for event in sse_events(pending):
+        yield event
+
+
+def _status_message(exc: openai.APIStatusError) -> str:
+    """HTTP errors keep the server's own explanation: it usually says what to change."""
+    message = f"The language model server answered HTTP {exc.status_code}."
+    body = exc.body
+    detail = None
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        if isinstance(error, Mapping):
+            detail = error.get("message")
+        elif isinstance(error, str):
+            detail = error
+    if isinstance(detail, str) and detail.strip():
+        detail = " ".join(detail.split())
+        message += " " + (detail if len(detail) <= 300 else detail[:300] + "…")
+    return message

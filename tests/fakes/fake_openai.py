@@ -11,6 +11,7 @@ live Daphne process reaches through `GEOSENSE_LLM_BASE_URL`.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -60,7 +61,15 @@ class Status:
     message: str = "the fake model failed"
 
 
-Step = Text | ToolCalls | Pause | BreakOff | Status
+@dataclass(frozen=True)
+class Raw:
+    """A recorded stream body, sent byte for byte (one write per event), then the end of the
+    body: the dialect fixtures of tests/fakes/dialects/ replay real servers' streams this way."""
+
+    body: bytes
+
+
+Step = Text | ToolCalls | Pause | BreakOff | Status | Raw
 
 
 @dataclass
@@ -85,6 +94,9 @@ class FakeOpenAI:
 
     default_text: str = DEFAULT_TEXT
     requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(
+        default_factory=list
+    )  # of each request, names lower-cased
     _queue: deque[Response] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -106,6 +118,7 @@ class FakeOpenAI:
         with self._lock:
             self._queue.clear()
             self.requests.clear()
+            self.headers.clear()
             self.default_text = DEFAULT_TEXT
 
     @property
@@ -146,9 +159,12 @@ class FakeOpenAI:
         pieces = _split(text, after_chunks + 1)
         self.reply(Text("".join(pieces[:after_chunks]), after_chunks), BreakOff())
 
-    def next_response(self, body: dict[str, Any]) -> Response:
+    def next_response(
+        self, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> Response:
         with self._lock:
             self.requests.append(body)
+            self.headers.append(headers or {})
             if self._queue:
                 return self._queue.popleft()
             return Response(steps=(Text(self.default_text),))
@@ -199,13 +215,16 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             self._json(HTTPStatus.BAD_REQUEST, _error("body is not JSON", "invalid_request_error"))
             return
-        response = self.owner.next_response(body)
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        response = self.owner.next_response(body, headers)
         for step in response.steps:
             if isinstance(step, Status):
                 self._json(step.code, _error(step.message, "server_error"))
                 return
         try:
-            if body.get("stream"):
+            if len(response.steps) == 1 and isinstance(response.steps[0], Raw):
+                self._raw(response.steps[0])
+            elif body.get("stream"):
                 self._stream(body, response)
             else:
                 self._complete(body, response)
@@ -246,6 +265,16 @@ class _Handler(BaseHTTPRequestHandler):
         if (body.get("stream_options") or {}).get("include_usage"):
             self._event(chunk.usage())
         self._write_chunk(b"data: [DONE]\n\n")
+        self._write_chunk(b"")
+
+    def _raw(self, step: Raw) -> None:
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for event in re.findall(rb".*?\n\n|.+\Z", step.body, re.S):
+            self._write_chunk(event)
         self._write_chunk(b"")
 
     def _complete(self, body: dict[str, Any], response: Response) -> None:

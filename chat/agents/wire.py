@@ -1,0 +1,358 @@
+"""How OpenAI-compatible servers stream a chat completion: pure functions, no I/O.
+
+Real servers differ from OpenAI's own stream in ways a strict reader trips over (the facts,
+with their sources, are in docs/models.md, "How each server streams"); the fixtures in
+tests/fakes/dialects/ replay each of them. Two layers:
+
+- `sse_events(lines)`: Server-Sent Events framing. Yields each event's data, `[DONE]`, and the
+  non-standard `error:` field that llama.cpp builds of 2025 send instead of a data frame.
+  Comments (keep-alives) are skipped; an event cut off by the end of the body still counts.
+- `ChunkParser`: the chunk objects (dicts, exactly as the server sent them) to what an agent
+  yields: `TextDelta`, `Thinking` (reasoning, never part of the answer), `ToolCallRequest`,
+  and the last `Usage` the server reported. `feed()` takes one chunk and returns what it
+  completes; `close()` ends the stream and returns the tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .base import AgentError, TextDelta, Thinking, ToolCallRequest
+
+DONE = "[DONE]"
+THINKING_FLUSH_CHARS = 2000
+_LEGACY_FUNCTION_INDEX = -1  # `delta.function_call` of the deprecated functions API
+_PARAGRAPH_RE = re.compile(r"\n[ \t]*\n")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens the server reported for one request (the last report of the stream wins)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+
+StreamItem = TextDelta | Thinking | ToolCallRequest | Usage
+
+
+# --- Server-Sent Events ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class SseData:
+    """The data of one event (JSON text for a chunk, or `[DONE]`)."""
+
+    data: str
+
+
+@dataclass(frozen=True)
+class SseError:
+    """A non-standard `error:` field (llama.cpp through 2025): the server's error as JSON text."""
+
+    error: str
+
+
+def sse_events(lines: Iterable[str]) -> Iterator[SseData | SseError]:
+    """Frame decoded lines (without their line ends) into events, as the SSE spec reads them.
+
+    `data:` lines of one event are joined with newlines; comments (`: keep-alive`) and other
+    fields (`event:`, `id:`, `retry:`) carry nothing for a chat completion and are skipped.
+    """
+    data: list[str] = []
+    error: list[str] = []
+    for line in lines:
+        if not line:
+            yield from _dispatch(data, error)
+            data, error = [], []
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data.append(value)
+        elif name == "error":
+            error.append(value)
+    yield from _dispatch(data, error)
+
+
+def _dispatch(data: list[str], error: list[str]) -> Iterator[SseData | SseError]:
+    if error:
+        yield SseError("\n".join(error))
+    if data:
+        yield SseData("\n".join(data))
+
+
+def server_error_text(payload: Any) -> str | None:
+    """The message of an error object a server streamed instead of a chunk, if it is one.
+
+    Shapes seen: `{"error": {"message": …}}` (OpenAI, current vLLM, llama.cpp since late 2025,
+    Ollama), `{"object": "error", "message": …}` (vLLM before 2025), and a bare
+    `{"code", "message", "type"}` object in llama.cpp's `error:` field.
+    """
+    if not isinstance(payload, Mapping):
+        return None
+    error = payload.get("error")
+    if isinstance(error, Mapping):
+        return str(error.get("message") or error.get("type") or "unknown error")
+    if isinstance(error, str) and error:
+        return error
+    if payload.get("object") == "error" or ("message" in payload and "choices" not in payload):
+        return str(payload.get("message") or "unknown error")
+    return None
+
+
+# --- chunks ----------------------------------------------------------------------------------
+@dataclass
+class _Call:
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+    def arguments_complete(self) -> bool:
+        try:
+            return isinstance(json.loads(self.arguments), dict)
+        except ValueError:
+            return False
+
+
+@dataclass
+class _ThinkTags:
+    """Reasoning a model writes into its content as a leading `<think>…</think>` block (servers
+    without a reasoning parser, e.g. Ollama before 0.9 with DeepSeek-R1 or Qwen3)."""
+
+    state: str = "start"  # start → thinking → answer, or start → answer
+    pending: str = ""
+
+    OPEN = "<think>"
+    CLOSE = "</think>"
+
+    def split(self, text: str) -> tuple[str, str]:
+        """(reasoning, answer) in this piece of content."""
+        if self.state == "answer":
+            return "", text
+        self.pending += text
+        if self.state == "start":
+            head = self.pending.lstrip()
+            if head.startswith(self.OPEN):
+                self.state = "thinking"
+                self.pending = head[len(self.OPEN) :]
+            elif self.OPEN.startswith(head):
+                return "", ""  # could still become "<think>"
+            else:
+                self.state, answer, self.pending = "answer", self.pending, ""
+                return "", answer
+        end = self.pending.find(self.CLOSE)
+        if end >= 0:
+            reasoning, answer = self.pending[:end], self.pending[end + len(self.CLOSE) :]
+            self.state, self.pending = "answer", ""
+            return reasoning, answer.lstrip()
+        keep = _partial_suffix(self.pending, self.CLOSE)
+        reasoning = self.pending[: len(self.pending) - keep]
+        self.pending = self.pending[len(self.pending) - keep :]
+        return reasoning, ""
+
+    def close(self) -> tuple[str, str]:
+        pending, self.pending = self.pending, ""
+        if self.state == "thinking":
+            return pending, ""
+        return "", pending
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """How many characters at the end of `text` could begin `marker`."""
+    for size in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-size:]):
+            return size
+    return 0
+
+
+@dataclass
+class ChunkParser:
+    """Assembles one streamed chat completion (choice 0) from its chunks.
+
+    Tool calls are assembled by `index`, but real servers bend that rule, so a fragment starts
+    a new call also when it carries another `id`, or a name while the call at its index already
+    has a name and complete JSON arguments (Groq and old Ollama reuse index 0 for every call;
+    old Ollama sends no index at all, so the position in the chunk's list stands in for it).
+    A repeated id (LiteLLM sends it on every fragment) continues the call, and a fragment that
+    repeats a finished call whole is ignored.
+    """
+
+    finished: bool = False
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    _calls: list[_Call] = field(default_factory=list)
+    _open: dict[int, _Call] = field(default_factory=dict)
+    _thinking: str = ""
+    _think_tags: _ThinkTags = field(default_factory=_ThinkTags)
+
+    def feed(self, chunk: Mapping[str, Any]) -> list[StreamItem]:
+        out: list[StreamItem] = []
+        usage = chunk.get("usage")
+        if isinstance(usage, Mapping):
+            self.usage = _usage(usage) or self.usage
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if isinstance(choice, Mapping) and choice.get("index", 0) in (0, None):
+                self._choice(choice, out)
+        return out
+
+    def close(self, *, done: bool) -> list[StreamItem]:
+        """End of the body; `done` says whether `[DONE]` arrived. A stream that neither finished
+        a choice nor said `[DONE]` was cut off, and raises."""
+        if not (self.finished or done):
+            raise AgentError("The language model stream ended before it was complete.")
+        out: list[StreamItem] = []
+        reasoning, answer = self._think_tags.close()
+        self._thinking += reasoning
+        self._flush_thinking(out, everything=True)
+        if answer:
+            out.append(TextDelta(answer))
+        for n, call in enumerate(self._calls):
+            if not call.name:
+                raise AgentError("The language model sent a tool call without a name.")
+            out.append(
+                ToolCallRequest(id=call.id or f"call_{n}", name=call.name, arguments=call.arguments)
+            )
+        if self.usage is not None:
+            out.append(self.usage)
+        return out
+
+    # -- one choice --
+
+    def _choice(self, choice: Mapping[str, Any], out: list[StreamItem]) -> None:
+        delta = choice.get("delta")
+        if isinstance(delta, Mapping):  # Azure's content-filter chunks carry none
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str):
+                self._thinking += reasoning
+                self._flush_thinking(out, everything=False)
+            for key in ("content", "refusal"):
+                text = delta.get(key)
+                if isinstance(text, str) and text:
+                    thought, answer = self._think_tags.split(text)
+                    if thought:
+                        self._thinking += thought
+                        self._flush_thinking(out, everything=False)
+                    if answer:
+                        self._flush_thinking(out, everything=True)
+                        out.append(TextDelta(answer))
+            fragments = delta.get("tool_calls")
+            if isinstance(fragments, list) and fragments:
+                self._flush_thinking(out, everything=True)
+                for position, fragment in enumerate(fragments):
+                    if isinstance(fragment, Mapping):
+                        self._fragment(fragment, position)
+            legacy = delta.get("function_call")
+            if isinstance(legacy, Mapping):
+                self._flush_thinking(out, everything=True)
+                self._fragment({"index": _LEGACY_FUNCTION_INDEX, "function": legacy}, 0)
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and reason:
+            self.finished, self.finish_reason = True, reason
+
+    def _flush_thinking(self, out: list[StreamItem], *, everything: bool) -> None:
+        """Reasoning goes out a paragraph at a time (a model streams it word by word; the
+        activity log shows one entry per `Thinking`), and whole when the answer begins."""
+        if not self._thinking:
+            return
+        if everything:
+            cut = len(self._thinking)
+        else:
+            paragraphs = list(_PARAGRAPH_RE.finditer(self._thinking))
+            if paragraphs:
+                cut = paragraphs[-1].end()
+            elif len(self._thinking) >= THINKING_FLUSH_CHARS:
+                cut = max(self._thinking.rfind(" "), 1)
+            else:
+                return
+        text, self._thinking = self._thinking[:cut].strip(), self._thinking[cut:]
+        for paragraph in _PARAGRAPH_RE.split(text):
+            if paragraph.strip():
+                out.append(Thinking(paragraph.strip()))
+
+    def _fragment(self, fragment: Mapping[str, Any], position: int) -> None:
+        index = fragment.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            index = position
+        function = fragment.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        call_id = fragment.get("id") if isinstance(fragment.get("id"), str) else ""
+        name = function.get("name") if isinstance(function.get("name"), str) else ""
+        arguments = function.get("arguments")
+        if isinstance(arguments, Mapping):  # an object instead of JSON text
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        arguments = arguments if isinstance(arguments, str) else ""
+
+        call = self._open.get(index)
+        if call is not None and call_id and call_id == call.id and name == call.name:
+            if arguments and arguments == call.arguments and call.arguments_complete():
+                return  # the whole call again (a proxy's summary of what it streamed)
+        if call is None or self._starts_new(call, call_id, name):
+            call = _Call()
+            self._calls.append(call)
+            self._open[index] = call
+        if call_id and not call.id:
+            call.id = call_id
+        if name and not call.name:
+            call.name = name
+        call.arguments += arguments
+
+    @staticmethod
+    def _starts_new(call: _Call, call_id: str, name: str) -> bool:
+        if call_id and call.id and call_id != call.id:
+            return True
+        return bool(name and call.name and not call_id and call.arguments_complete())
+
+
+def _usage(usage: Mapping[str, Any]) -> Usage | None:
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if isinstance(prompt, int) and isinstance(completion, int):
+        return Usage(prompt_tokens=prompt, completion_tokens=completion)
+    return None
+
+
+def stream_parse(events: Iterable[SseData | SseError]) -> list[StreamItem]:
+    """A whole stream's events at once (tests and tools; the agent feeds as chunks arrive)."""
+    parser = ChunkParser()
+    out: list[StreamItem] = []
+    done = False
+    for event in events:
+        if isinstance(event, SseError):
+            raise AgentError(server_error_message(event.error))
+        if event.data == DONE:
+            done = True
+            break
+        out += parser.feed(chunk_decode(event.data))
+    return out + parser.close(done=done)
+
+
+def chunk_decode(data: str) -> Mapping[str, Any]:
+    """One event's JSON; a streamed error object raises `AgentError` with the server's words."""
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        raise AgentError("The language model server sent a malformed stream.") from None
+    message = server_error_text(payload)
+    if message is not None:
+        raise AgentError(server_error_message(message))
+    if not isinstance(payload, Mapping):
+        raise AgentError("The language model server sent a malformed stream.")
+    return payload
+
+
+def server_error_message(text: str, *, limit: int = 300) -> str:
+    """The readable sentence for an error the server reported (JSON or plain text)."""
+    try:
+        text = server_error_text(json.loads(text)) or text
+    except ValueError:
+        pass
+    text = " ".join(str(text).split())
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    return f"The language model server reported an error: {text}"

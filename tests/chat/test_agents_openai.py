@@ -1,0 +1,214 @@
+"""chat.agents.openai: every recorded dialect through the real agent and the turn engine, and the
+provider settings as the server receives them."""
+
+import json
+
+import pytest
+
+from chat.agents.openai import ProviderConfig, chat_request
+from chat.agents.prompts import system_prompt
+from chat.models import Message
+from tests.chat.helpers import post_stream
+from tests.fakes.dialects import ANSWER_TEXT, ANSWERS, RECORDINGS, recording
+from tests.fakes.fake_openai import Raw
+from tools.registry import backend_tools
+
+ASKED = "what is here?"
+RESULTS = {
+    "list_classes": {"counts": {}, "total": 0},
+    "measure": {"error": "There is no annotation 7."},
+}
+
+
+def stored(session) -> list[tuple]:
+    return [
+        (m.role, m.content, m.tool_calls or [], m.tool_call_id or "")
+        for m in Message.objects.filter(session=session).order_by("id")
+    ]
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("played", RECORDINGS, ids=lambda r: r.id)
+async def test_every_dialect_plays_through_the_agent_and_the_engine(
+    client, trusted_caller, openai_agent, played
+):
+    openai_agent.reply(Raw(played.wire))
+    answer = recording(played.dialect, ANSWERS[played.dialect])
+    if played.calls:
+        openai_agent.reply(Raw(answer.wire))
+
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": ASKED}, token=trusted_caller.token
+    )
+
+    assert out.status == 200
+    assert out.names()[0] == "turn_start" and out.names()[-1] == "turn_end"
+    history = await _stored(trusted_caller.session)
+    if played.error:
+        assert out.of("error") == [
+            {"message": f"The language model server reported an error: {played.error}"}
+        ]
+        assert history == [
+            ("user", ASKED, [], ""),
+            ("note", f"The language model server reported an error: {played.error}", [], ""),
+        ]
+        return
+
+    thinking = [e["text"] for e in out.of("backend_thinking")]
+    for thought in played.thinking + (answer.thinking if played.calls else ()):
+        assert thought in thinking
+        assert thought not in out.text and thought not in out.message["content"]
+    calls = [{"id": i, "name": n, "arguments": a} for i, n, a in played.calls]
+    if not played.calls:
+        assert out.text == played.text == out.message["content"]
+        assert history == [("user", ASKED, [], ""), ("assistant", played.text, [], "")]
+        assert len(openai_agent.requests) == 1
+        return
+
+    assert [(e["call_id"], e["name"]) for e in out.of("backend_tool_call")] == [
+        (c["id"], c["name"]) for c in calls
+    ]
+    assert out.message["content"] == answer.text == ANSWER_TEXT
+    results = [json.dumps(RESULTS[c["name"]], ensure_ascii=False) for c in calls]
+    assert history == [
+        ("user", ASKED, [], ""),
+        ("assistant", played.text, calls, ""),
+        *[("tool", result, [], c["id"]) for c, result in zip(calls, results, strict=True)],
+        ("assistant", ANSWER_TEXT, [], ""),
+    ]
+    first, second = openai_agent.requests
+    assert second == {
+        "model": "fake-model",
+        "messages": [
+            {"role": "system", "content": system_prompt(overview={})},
+            {"role": "user", "content": ASKED},
+            {
+                "role": "assistant",
+                "content": played.text or None,
+                "tool_calls": [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                    }
+                    for c in calls
+                ],
+            },
+            *[
+                {"role": "tool", "tool_call_id": c["id"], "content": result}
+                for c, result in zip(calls, results, strict=True)
+            ],
+        ],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "tools": first["tools"],
+    }
+    assert [t["function"]["name"] for t in first["tools"]] == [t.name for t in backend_tools()]
+
+
+async def _stored(session):
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(stored)(session)
+
+
+# --- the request ------------------------------------------------------------------------------
+HISTORY = [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}]
+TOOLS = [{"type": "function", "function": {"name": "measure", "parameters": {}}}]
+LATER = [*HISTORY, {"role": "assistant", "content": None}, {"role": "tool", "content": "{}"}]
+
+
+def test_a_plain_configuration_sends_only_what_every_server_understands():
+    body = chat_request(ProviderConfig(base_url="x", model="m"), history=HISTORY, tools=TOOLS)
+    assert body == {
+        "model": "m",
+        "messages": HISTORY,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "tools": TOOLS,
+    }
+
+
+def test_temperature_and_max_tokens_are_sent_when_set():
+    config = ProviderConfig(base_url="x", model="m", temperature=0.2, max_tokens=512)
+    body = chat_request(config, history=HISTORY, tools=[])
+    assert body["temperature"] == 0.2 and body["max_tokens"] == 512
+    assert "tools" not in body and "tool_choice" not in body
+
+
+@pytest.mark.parametrize("mode", ["auto", "none"])
+def test_auto_and_none_tool_choice_apply_to_every_step(mode):
+    config = ProviderConfig(base_url="x", tool_choice=mode)
+    assert chat_request(config, history=HISTORY, tools=TOOLS)["tool_choice"] == mode
+    assert chat_request(config, history=LATER, tools=TOOLS)["tool_choice"] == mode
+
+
+def test_required_tool_choice_applies_to_the_first_step_only():
+    config = ProviderConfig(base_url="x", tool_choice="required")
+    assert chat_request(config, history=HISTORY, tools=TOOLS)["tool_choice"] == "required"
+    assert "tool_choice" not in chat_request(config, history=LATER, tools=TOOLS)
+
+
+def test_a_named_tool_choice_forces_that_tool_on_the_first_step():
+    config = ProviderConfig(base_url="x", tool_choice="measure")
+    assert chat_request(config, history=HISTORY, tools=TOOLS)["tool_choice"] == {
+        "type": "function",
+        "function": {"name": "measure"},
+    }
+    assert "tool_choice" not in chat_request(config, history=LATER, tools=TOOLS)
+    other = ProviderConfig(base_url="x", tool_choice="teleport")
+    assert "tool_choice" not in chat_request(other, history=HISTORY, tools=TOOLS)
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_settings_reach_the_server_as_headers_and_body_fields(
+    client, trusted_caller, openai_agent, settings, fake_llm
+):
+    settings.GEOSENSE_LLM_HEADERS = {"X-Tenant": "geo", "api-key": "k-123"}
+    settings.GEOSENSE_LLM_TEMPERATURE = 0.3
+    settings.GEOSENSE_LLM_MAX_TOKENS = 700
+    settings.GEOSENSE_LLM_TOOL_CHOICE = "auto"
+    openai_agent.reply_text("Hi.")
+
+    await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+
+    (body,) = fake_llm.requests
+    assert (body["temperature"], body["max_tokens"], body["tool_choice"]) == (0.3, 700, "auto")
+    (headers,) = fake_llm.headers
+    assert headers["x-tenant"] == "geo" and headers["api-key"] == "k-123"
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_the_request_timeout_setting_ends_a_silent_server_with_a_readable_error(
+    client, trusted_caller, openai_agent, settings
+):
+    from tests.fakes.fake_openai import Pause, Text
+
+    settings.GEOSENSE_LLM_TIMEOUT = 1.0
+    for _ in range(3):  # the first try and the client's two retries
+        openai_agent.reply(Pause(2.5), Text("too late"))
+
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+
+    assert out.of("error") == [{"message": "The language model server did not answer in time."}]
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_an_http_error_keeps_the_servers_explanation(client, trusted_caller, openai_agent):
+    openai_agent.fail(400, message="max_tokens must be at most 4096")
+
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+
+    assert out.of("error") == [
+        {"message": "The language model server answered HTTP 400. max_tokens must be at most 4096"}
+    ]

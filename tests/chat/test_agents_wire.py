@@ -1,0 +1,158 @@
+"""chat.agents.wire: every recorded dialect, and the rules behind them, without a server."""
+
+import pytest
+
+from chat.agents import AgentError, TextDelta, Thinking, ToolCallRequest
+from chat.agents.wire import ChunkParser, SseData, SseError, Usage, sse_events, stream_parse
+from tests.fakes.dialects import RECORDINGS, Recording
+
+
+def parse(recording: Recording):
+    return stream_parse(sse_events(recording.wire.decode().splitlines()))
+
+
+@pytest.mark.parametrize("recording", RECORDINGS, ids=lambda r: r.id)
+def test_every_recorded_stream_parses_to_its_text_thinking_calls_and_usage(recording):
+    if recording.error:
+        with pytest.raises(AgentError) as caught:
+            parse(recording)
+        assert (
+            str(caught.value) == f"The language model server reported an error: {recording.error}"
+        )
+        return
+
+    items = parse(recording)
+
+    assert "".join(i.text for i in items if isinstance(i, TextDelta)) == recording.text
+    assert tuple(i.text for i in items if isinstance(i, Thinking)) == recording.thinking
+    calls = tuple((c.id, c.name, c.arguments) for c in items if isinstance(c, ToolCallRequest))
+    assert calls == recording.calls
+    usage = [i for i in items if isinstance(i, Usage)]
+    assert usage == ([Usage(*recording.usage)] if recording.usage else [])
+
+
+@pytest.mark.parametrize("recording", RECORDINGS, ids=lambda r: r.id)
+def test_reasoning_never_reaches_the_answer_text(recording):
+    if recording.error or not recording.thinking:
+        return
+    text = "".join(i.text for i in parse(recording) if isinstance(i, TextDelta))
+    for thought in recording.thinking:
+        assert thought not in text
+    assert "<think>" not in text and "</think>" not in text
+
+
+def test_sse_framing_joins_data_lines_and_skips_comments_and_other_fields():
+    lines = [": keep-alive", "", "event: message", "id: 3", 'data: {"a":', "data: 1}", "", ":", ""]
+    assert list(sse_events(lines)) == [SseData('{"a":\n1}')]
+
+
+def test_an_event_cut_off_by_the_end_of_the_body_still_counts():
+    assert list(sse_events(["data: [DONE]"])) == [SseData("[DONE]")]
+
+
+def test_the_non_standard_error_field_is_an_event_of_its_own():
+    assert list(sse_events(['error: {"message":"boom"}', ""])) == [SseError('{"message":"boom"}')]
+
+
+def chunk(delta=None, finish=None, **extra):
+    choice = {"index": 0, "delta": delta or {}, "finish_reason": finish}
+    return {"choices": [choice], **extra}
+
+
+def run(*chunks, done=True):
+    parser = ChunkParser()
+    out = []
+    for c in chunks:
+        out += parser.feed(c)
+    return out + parser.close(done=done)
+
+
+def calls_of(items):
+    return [(c.id, c.name, c.arguments) for c in items if isinstance(c, ToolCallRequest)]
+
+
+def test_a_stream_that_neither_finished_nor_said_done_was_cut_off():
+    with pytest.raises(AgentError, match="ended before it was complete"):
+        run(chunk({"content": "half an ans"}), done=False)
+
+
+def test_a_finished_stream_without_done_is_complete():
+    items = run(chunk({"content": "All"}), chunk({}, "stop"), done=False)
+    assert items == [TextDelta("All")]
+
+
+def test_a_new_id_at_a_used_index_starts_a_new_call():
+    items = run(
+        chunk(
+            {"tool_calls": [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "{"}}]}
+        ),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]}),
+        chunk(
+            {"tool_calls": [{"index": 0, "id": "b", "function": {"name": "g", "arguments": "{}"}}]}
+        ),
+    )
+    assert calls_of(items) == [("a", "f", "{}"), ("b", "g", "{}")]
+
+
+def test_a_name_without_id_after_a_complete_call_at_the_same_index_starts_a_new_call():
+    items = run(
+        chunk({"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{}"}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"name": "g", "arguments": "{}"}}]}),
+    )
+    assert calls_of(items) == [("call_0", "f", "{}"), ("call_1", "g", "{}")]
+
+
+def test_a_call_repeated_whole_after_it_was_streamed_is_not_appended_again():
+    fragment = {"index": 0, "id": "a", "function": {"name": "f", "arguments": '{"x": 1}'}}
+    items = run(chunk({"tool_calls": [fragment]}), chunk({"tool_calls": [fragment]}))
+    assert calls_of(items) == [("a", "f", '{"x": 1}')]
+
+
+def test_arguments_sent_as_an_object_become_json_text():
+    fragment = {"index": 0, "id": "a", "function": {"name": "f", "arguments": {"x": 1}}}
+    assert calls_of(run(chunk({"tool_calls": [fragment]}))) == [("a", "f", '{"x": 1}')]
+
+
+def test_a_call_without_a_name_is_an_error():
+    with pytest.raises(AgentError, match="without a name"):
+        run(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}))
+
+
+def test_long_reasoning_goes_out_a_paragraph_at_a_time():
+    parser = ChunkParser()
+    first = parser.feed(chunk({"reasoning_content": "One thought."}))
+    second = parser.feed(chunk({"reasoning_content": "\n\nAnother"}))
+    rest = parser.feed(chunk({"content": "Answer"})) + parser.close(done=True)
+    assert first == []
+    assert second == [Thinking("One thought.")]
+    assert rest == [Thinking("Another"), TextDelta("Answer")]
+
+
+def test_reasoning_and_reasoning_content_sent_together_count_once():
+    items = run(chunk({"reasoning_content": "Hmm.", "reasoning": "Hmm."}), chunk({}, "stop"))
+    assert items == [Thinking("Hmm.")]
+
+
+def test_content_that_only_looks_like_a_think_tag_at_first_is_the_answer():
+    items = run(chunk({"content": "<th"}), chunk({"content": "ere>"}), chunk({}, "stop"))
+    assert "".join(i.text for i in items if isinstance(i, TextDelta)) == "<there>"
+
+
+def test_a_think_tag_later_in_the_answer_stays_text():
+    items = run(chunk({"content": "Use <think> tags"}), chunk({}, "stop"))
+    assert items == [TextDelta("Use <think> tags")]
+
+
+def test_choices_other_than_the_first_are_ignored():
+    other = {"index": 1, "delta": {"content": "other"}, "finish_reason": None}
+    items = run({"choices": [other]}, chunk({"content": "mine"}, "stop"))
+    assert items == [TextDelta("mine")]
+
+
+def test_the_last_usage_reported_wins():
+    items = run(
+        chunk({"content": "a"}, usage={"prompt_tokens": 5, "completion_tokens": 1}),
+        chunk({}, "stop", usage={"prompt_tokens": 5, "completion_tokens": 2}),
+        {"choices": [], "usage": None},
+    )
+    assert items[-1] == Usage(prompt_tokens=5, completion_tokens=2)

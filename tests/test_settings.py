@@ -1,0 +1,66 @@
+"""geosense/settings.py: provider settings are checked when the app starts, with a clear error."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PRINT = "from django.conf import settings as s; print(repr(({},)))"
+PROVIDER = (
+    "GEOSENSE_LLM_HEADERS, GEOSENSE_LLM_TEMPERATURE, GEOSENSE_LLM_MAX_TOKENS, "
+    "GEOSENSE_LLM_TIMEOUT, GEOSENSE_LLM_TOOL_CHOICE"
+)
+
+
+def start(names: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("GEOSENSE_", "DJANGO_"))}
+    environ.update(DJANGO_SETTINGS_MODULE="geosense.settings", DEBUG="1", **env)
+    values = ", ".join(f"s.{name.strip()}" for name in names.split(","))
+    code = "import django; django.setup(); " + PRINT.format(values)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=environ, capture_output=True, text=True
+    )
+
+
+def test_provider_settings_are_read_from_the_environment():
+    done = start(
+        PROVIDER,
+        GEOSENSE_LLM_HEADERS='{"api-key": "k"}',
+        GEOSENSE_LLM_TEMPERATURE="0.2",
+        GEOSENSE_LLM_MAX_TOKENS="1024",
+        GEOSENSE_LLM_TIMEOUT="120",
+        GEOSENSE_LLM_TOOL_CHOICE="required",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "({'api-key': 'k'}, 0.2, 1024, 120.0, 'required')"
+
+
+def test_unset_provider_settings_take_their_defaults():
+    done = start(PROVIDER)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "({}, None, None, 60.0, None)"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"GEOSENSE_LLM_HEADERS": "api-key: k"}, "GEOSENSE_LLM_HEADERS is not valid JSON"),
+        ({"GEOSENSE_LLM_HEADERS": '["k"]'}, "GEOSENSE_LLM_HEADERS must be a JSON object"),
+        ({"GEOSENSE_LLM_HEADERS": '{"X": 1}'}, "GEOSENSE_LLM_HEADERS must be a JSON object"),
+        ({"GEOSENSE_LLM_HEADERS": '{"X": "a\\r\\nEvil: 1"}'}, "must be a JSON object"),
+        ({"GEOSENSE_LLM_HEADERS": '{"bad name": "v"}'}, "must be a JSON object"),
+        ({"GEOSENSE_LLM_TEMPERATURE": "hot"}, "GEOSENSE_LLM_TEMPERATURE must be a number"),
+        ({"GEOSENSE_LLM_TEMPERATURE": "3"}, "must be between 0 and 2"),
+        ({"GEOSENSE_LLM_MAX_TOKENS": "0"}, "GEOSENSE_LLM_MAX_TOKENS must be at least 1"),
+        ({"GEOSENSE_LLM_MAX_TOKENS": "1.5"}, "GEOSENSE_LLM_MAX_TOKENS must be a whole number"),
+        ({"GEOSENSE_LLM_TIMEOUT": "0"}, "GEOSENSE_LLM_TIMEOUT must be at least 1"),
+        ({"GEOSENSE_LLM_TOOL_CHOICE": "any tool"}, "GEOSENSE_LLM_TOOL_CHOICE must be auto"),
+    ],
+)
+def test_a_wrong_provider_setting_stops_the_start_with_a_clear_message(env, message):
+    done = start("GEOSENSE_LLM_HEADERS", **env)
+    assert done.returncode != 0
+    assert "ImproperlyConfigured" in done.stderr and message in done.stderr
