@@ -1,5 +1,6 @@
-"""Parse + render of a heavy assistant message: a 10,000-id highlight through interpolation
-and 200 inline elements. Run by hand: `.venv/bin/python bench/markup.py`.
+"""Parse + render of a heavy assistant message: a 10,000-id highlight through interpolation,
+200 inline elements and 2 KB of Markdown (headings, a table, lists, code, links).
+Run by hand: `.venv/bin/python bench/markup.py`.
 
 Prints the median, p90 and max of the wall time per message over the runs, and the median
 CPU time of this process (the work itself, without waiting for a CPU on a busy machine).
@@ -55,14 +56,46 @@ def message_make() -> str:
     sentences = [kinds[n % len(kinds)] % n for n in range(INLINE)]
     return (
         'Here is what I found.\n<tool type="highlight" data="${artifact-1234-abcd}">'
-        "Show the buildings</tool>\n" + ", ".join(sentences) + "."
+        "Show the buildings</tool>\n" + ", ".join(sentences) + ".\n\n" + MARKDOWN
     )
+
+
+# About 2 KB of the Markdown a model writes: headings, emphasis, a table, lists, code, links.
+MARKDOWN = (
+    """## Buildings near the largest trees
+
+The **five largest trees** stand within *20 m* of a house; two of them overlap a ~~garage~~ shed.
+
+| tree | house | distance | note |
+|---:|:---|---:|---|
+| <ref id="102" /> | <ref id="23" /> | <distance value="4.3" /> | **closest** |
+| <ref id="103" /> | <ref id="23" /> | <distance value="5.6" /> | shares a fence |
+| <ref id="104" /> | <ref id="51" /> | <distance value="5.8" /> | |
+| <ref id="201" /> | <ref id="51" /> | <distance value="11.2" /> | overhangs the roof |
+
+1. Check the trees closest to a house first.
+2. Then the ones that overlap a shed:
+   - <ref id="542" /> covers <area value="18.5" /> of it,
+   - the others less than `5 %`.
+
+> Distances are geodesic, measured between the outlines.
+
+```json
+{"ids": [102, 103, 104, 201, 542], "linkType": "distance"}
+```
+
+See [the survey](https://example.org/survey) for the method, and ask me to
+**highlight** any of them on the map.
+"""
+    * 2
+)
 
 
 def main() -> None:
     artifacts, text = artifacts_make(), message_make()
     html = render_message(text, role="assistant", artifacts=artifacts)
     assert "markup-error" not in html and html.count("data-highlight=") == 1, html[:2000]
+    print(f"message: {len(text):,} characters, of which {len(MARKDOWN):,} of Markdown")
     times, cpu = [], []
     for _ in range(RUNS):
         start, start_cpu = time.perf_counter(), time.process_time()
@@ -72,6 +105,7 @@ def main() -> None:
     times.sort()
     print(
         f"markup parse+render, {IDS:,}-id highlight via ${{…}}, {INLINE} inline elements, "
+        f"{len(MARKDOWN) / 1000:.1f} KB of Markdown, "
         f"{RUNS} runs: median {statistics.median(times):.2f} ms, "
         f"p90 {times[int(RUNS * 0.9)]:.2f} ms, max {times[-1]:.2f} ms, "
         f"CPU median {statistics.median(cpu):.2f} ms, "

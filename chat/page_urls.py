@@ -7,6 +7,7 @@ urlpatterns = [
     path("chat/new/", pages.session_new, name="chat-new"),
     path("chat/<uuid:session_id>/", pages.chat_page, name="chat-session"),
     path("chat/<uuid:session_id>/turns/<int:turn>/", pages.turn_partial, name="chat-turn"),
+    path("chat/<uuid:session_id>/preview/", pages.message_preview, name="chat-message-preview"),
     path(
         "chat/<uuid:session_id>/messages/<int:message_id>/",
         pages.message_partial,

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
@@ -21,6 +21,7 @@ from geosense.accounts.services import credit_balance
 from . import selectors, services
 from .markup import (
     answers_in_transcript,
+    placeholder_artifact_ids,
     questions_in_transcript,
     render_message,
     responses_in_transcript,
@@ -28,6 +29,7 @@ from .markup import (
 from .models import ChatSession, Message
 
 SHOWN_ROLES = {Message.Role.USER, Message.Role.ASSISTANT, Message.Role.NOTE}
+PREVIEW_MAX_CHARS = 256_000
 ARGUMENT_MAX_CHARS = 200
 REASON_LABELS = {"backend_access": "Backend access", "destructive": "Deletes data"}
 
@@ -223,3 +225,30 @@ def message_partial(request: HttpRequest, session_id: UUID, message_id: int) -> 
             _with_state(response, request=request, session=session)
             return response
     raise Http404("no such message")
+
+
+@require_POST
+@login_required
+def message_preview(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    """The streaming bubble: the text streamed so far, rendered as its stored message will be,
+    with half-open Markdown and markup held back (docs/protocol.md, "The streaming preview").
+
+    The page posts the text it has from `text_delta` events; only the artifacts its `${…}`
+    placeholders name are read, so the cost follows the text, not the session.
+    """
+    session = _owned(request, session_id)
+    try:
+        text = json.loads(request.body)["text"]
+    except (ValueError, KeyError, TypeError):
+        return JsonResponse({"error": 'the body must be JSON: {"text": "…"}'}, status=400)
+    if not isinstance(text, str):
+        return JsonResponse({"error": "text must be a string"}, status=400)
+    if len(text) > PREVIEW_MAX_CHARS:
+        return JsonResponse(
+            {"error": f"text longer than {PREVIEW_MAX_CHARS:,} characters"}, status=413
+        )
+    artifacts = selectors.artifacts_map(
+        session_id=session.pk, artifact_ids=placeholder_artifact_ids(text)
+    )
+    html = render_message(text, role=Message.Role.ASSISTANT, artifacts=artifacts, streaming=True)
+    return HttpResponse(html, content_type="text/html; charset=utf-8")

@@ -1,6 +1,7 @@
 """Reads of the chat core: what the API shows, what the model is fed, what the engine needs."""
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import Prefetch
@@ -129,9 +130,14 @@ def message_get(*, message_id: int) -> MessageData:
     return message_serialize(message)
 
 
-def artifacts_map(*, session_id: object) -> dict[str, Any]:
-    """artifact_id → data, for `${…}` interpolation."""
-    return dict(Artifact.objects.filter(session_id=session_id).values_list("artifact_id", "data"))
+def artifacts_map(
+    *, session_id: object, artifact_ids: Iterable[str] | None = None
+) -> dict[str, Any]:
+    """artifact_id → data, for `${…}` interpolation; only `artifact_ids` when given."""
+    artifacts = Artifact.objects.filter(session_id=session_id)
+    if artifact_ids is not None:
+        artifacts = artifacts.filter(artifact_id__in=list(artifact_ids))
+    return dict(artifacts.values_list("artifact_id", "data"))
 
 
 def artifact_of_session(*, session_id: object, artifact_id: str) -> Artifact | None:

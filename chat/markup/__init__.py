@@ -39,6 +39,7 @@ from .blocks import (
     HighlightBlock,
     Inline,
     Length,
+    Markdown,
     MarkupError,
     Missing,
     Option,
@@ -58,6 +59,7 @@ from .compose import (
 )
 from .parser import parse_message, plain_parts
 from .render import render_blocks, render_inline, render_message
+from .syntax import placeholder_artifact_ids
 
 
 def message_plain_text(
@@ -88,6 +90,7 @@ __all__ = [
     "HighlightBlock",
     "Inline",
     "Length",
+    "Markdown",
     "MarkupError",
     "Missing",
     "Option",
@@ -101,6 +104,7 @@ __all__ = [
     "answers_in_transcript",
     "message_plain_text",
     "parse_message",
+    "placeholder_artifact_ids",
     "questions_in_transcript",
     "render_blocks",
     "render_inline",

@@ -1,6 +1,7 @@
 """The typed result of parsing a message: blocks, and the inline parts inside them.
 
 Every part carries a class-level `kind` so templates can switch on it without isinstance.
+Elements keep their `source` (the markup as written) for where code shows them as text.
 """
 
 from __future__ import annotations
@@ -14,10 +15,18 @@ ATTRIBUTE_TYPES = frozenset({"length", "area", "pixels", "credits", "position"})
 # --- inline parts -----------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Text:
-    """Plain text, shown escaped."""
+    """Literal text, shown escaped as it is: user text, interpolated values, markup out of place."""
 
     text: str
     kind: ClassVar[str] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class Markdown:
+    """Prose the assistant wrote: Markdown source, rendered together with the elements around it."""
+
+    text: str
+    kind: ClassVar[str] = "markdown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +43,7 @@ class Emphasis:
 
     tag: str
     children: tuple[Inline, ...]
+    source: str = field(default="", compare=False, repr=False)
     kind: ClassVar[str] = "emphasis"
 
 
@@ -43,6 +53,7 @@ class Length:
 
     value: float
     element: str
+    source: str = field(default="", compare=False, repr=False)
     kind: ClassVar[str] = "length"
 
 
@@ -51,6 +62,7 @@ class Area:
     """`<area value>` / `<area id>`: square metres."""
 
     value: float
+    source: str = field(default="", compare=False, repr=False)
     kind: ClassVar[str] = "area"
 
 
@@ -60,6 +72,7 @@ class Ref:
 
     annotation_id: int
     vector: str | None = None
+    source: str = field(default="", compare=False, repr=False)
     kind: ClassVar[str] = "ref"
 
 
@@ -69,10 +82,11 @@ class MarkupError:
 
     label: str
     detail: str
+    source: str = field(default="", compare=False, repr=False)
     kind: ClassVar[str] = "error"
 
 
-Inline = Text | Missing | Emphasis | Length | Area | Ref | MarkupError
+Inline = Text | Markdown | Missing | Emphasis | Length | Area | Ref | MarkupError
 
 
 # --- blocks -----------------------------------------------------------------------------------

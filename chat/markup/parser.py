@@ -7,6 +7,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from geosense.wire import MAP_CONTEXT_TYPES
@@ -21,6 +22,7 @@ from .blocks import (
     HighlightBlock,
     Inline,
     Length,
+    Markdown,
     MarkupError,
     Missing,
     Option,
@@ -32,6 +34,7 @@ from .blocks import (
     TextBlock,
 )
 from .formatting import format_area, format_length
+from .markdown import markdown_plain
 from .syntax import MISSING, EndTag, Placeholder, StartTag, TextToken, Token
 from .validation import MAX_ID, find_similar_problem, highlight_problem
 
@@ -106,13 +109,22 @@ class _Parser:
         sources = syntax.missing_sources(tag.attrs.get(name), self.placeholders)
         return "missing value " + ", ".join(sources)
 
+    def sourced(self, part: Inline, lo: int, hi: int) -> Inline:
+        """The element made of tokens lo..hi (inclusive), knowing the markup it was written as."""
+        if not self.decode or not hasattr(part, "source"):
+            return part
+        raw = self.text[self.tokens[lo].start : self.tokens[min(hi, len(self.tokens) - 1)].end]
+        return replace(part, source=syntax.restore(raw, self.placeholders))
+
     def text_parts(self, raw: str) -> list[Inline]:
+        """Assistant prose is Markdown source (entities are Markdown's to decode); interpolated
+        values are literal text, never Markdown."""
         if not self.decode:
             return [Text(raw)]
         parts: list[Inline] = []
-        for piece in syntax.pieces(raw, self.placeholders, decode=True):
+        for piece in syntax.pieces(raw, self.placeholders, decode=False):
             if isinstance(piece, str):
-                parts.append(Text(piece))
+                parts.append(Markdown(piece))
             elif piece.value is MISSING:
                 parts.append(Missing(piece.source))
             else:
@@ -146,10 +158,11 @@ class _Parser:
                     i += 1
                     continue
                 stop = hi if end is None else end
-                parts.append(Emphasis(token.name, tuple(self.inline(i + 1, stop, depth + 1))))
+                emphasis = Emphasis(token.name, tuple(self.inline(i + 1, stop, depth + 1)))
+                parts.append(self.sourced(emphasis, i, stop if end is not None else stop - 1))
                 i = stop + (end is not None)
             elif token.name in _VOID:
-                parts.append(self.void(token))
+                parts.append(self.sourced(self.void(token), i, i))
                 i += 1
             elif token.name == "id":
                 end = self.closed_within(i, hi)
@@ -159,11 +172,12 @@ class _Parser:
                     parts.append(self.source(token))
                     i += 1
                     continue
-                parts.append(self.id_ref(token, i + 1, end))
+                parts.append(self.sourced(self.id_ref(token, i + 1, end), i, end))
                 i = end + 1
             elif token.name in _BLOCKS:
-                parts.append(MarkupError(f"nested <{token.name}>", "blocks cannot be nested"))
                 end = self.closed_within(i, hi)
+                nested = MarkupError(f"nested <{token.name}>", "blocks cannot be nested")
+                parts.append(self.sourced(nested, i, i if end is None else end))
                 i = i + 1 if end is None else end + 1
             else:
                 parts.append(self.source(token))
@@ -439,15 +453,15 @@ def _unescape(text: str) -> str:
 
 def _trimmed(parts: Sequence[Inline]) -> tuple[Inline, ...]:
     """Drop empty text and the whitespace at both ends of a run of inline parts."""
-    items = [p for p in parts if not (isinstance(p, Text) and not p.text)]
-    while items and isinstance(items[0], Text) and not items[0].text.strip():
+    items = [p for p in parts if not (isinstance(p, Text | Markdown) and not p.text)]
+    while items and isinstance(items[0], Text | Markdown) and not items[0].text.strip():
         items.pop(0)
-    while items and isinstance(items[-1], Text) and not items[-1].text.strip():
+    while items and isinstance(items[-1], Text | Markdown) and not items[-1].text.strip():
         items.pop()
-    if items and isinstance(items[0], Text):
-        items[0] = Text(items[0].text.lstrip())
-    if items and isinstance(items[-1], Text):
-        items[-1] = Text(items[-1].text.rstrip())
+    if items and isinstance(items[0], Text | Markdown):
+        items[0] = type(items[0])(items[0].text.lstrip())
+    if items and isinstance(items[-1], Text | Markdown):
+        items[-1] = type(items[-1])(items[-1].text.rstrip())
     return tuple(items)
 
 
@@ -457,6 +471,8 @@ def plain_parts(parts: Sequence[Inline]) -> str:
     for part in parts:
         if isinstance(part, Text):
             out.append(part.text)
+        elif isinstance(part, Markdown):
+            out.append(markdown_plain(part.text))
         elif isinstance(part, Emphasis):
             out.append(plain_parts(part.children))
         elif isinstance(part, Length):

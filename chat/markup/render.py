@@ -24,6 +24,7 @@ from .blocks import (
     HighlightBlock,
     Inline,
     Length,
+    Markdown,
     Missing,
     QuestionBlock,
     Ref,
@@ -31,7 +32,8 @@ from .blocks import (
     Text,
 )
 from .formatting import format_area, format_length
-from .parser import parse_message
+from .markdown import Element, markdown_html
+from .parser import parse_message, plain_parts
 
 _BLOCK_TEMPLATES = {
     "text": "text_block",
@@ -65,6 +67,8 @@ def _inline_html(part: Inline) -> str:
     if isinstance(part, Emphasis):
         tag = "b" if part.tag == "b" else "i"
         return format_html("<{}>{}</{}>", tag, render_inline(part.children), tag)
+    if isinstance(part, Markdown):  # only inside literal runs, which have no Markdown parts
+        return escape(part.text).replace("\n", "<br>")
     if isinstance(part, Missing):
         return format_html(_MISSING, part.placeholder)
     return format_html(_ERROR, part.detail, part.label)
@@ -80,10 +84,53 @@ _MISSING = '<span class="markup-missing" title="{}">missing value</span>'
 _ERROR = '<span class="markup-error" title="{}">⚠ {}</span>'
 
 
+def _element(part: Inline) -> Element:
+    """A part standing inside Markdown: its HTML, and the text code shows for it."""
+    if isinstance(part, Text):
+        return Element(escape(part.text).replace("\n", "<br>"), part.text)
+    if isinstance(part, Missing):
+        return Element(_inline_html(part), part.placeholder)
+    return Element(_inline_html(part), part.source or plain_parts((part,)))
+
+
+def _markdown_pieces(parts: Sequence[Inline]) -> list[str | Element]:
+    """Markdown source pieces; `<b>`/`<i>` open and close around their content, which is
+    Markdown like the prose around it (one parse for the whole run)."""
+    pieces: list[str | Element] = []
+    for part in parts:
+        if isinstance(part, Markdown):
+            pieces.append(part.text)
+        elif isinstance(part, Emphasis):
+            tag = "b" if part.tag == "b" else "i"
+            pieces.append(Element(f"<{tag}>", f"<{tag}>"))
+            pieces.extend(_markdown_pieces(part.children))
+            pieces.append(Element(f"</{tag}>", f"</{tag}>"))
+        else:
+            pieces.append(_element(part))
+    return pieces
+
+
 def render_inline(parts: Sequence[Inline]) -> SafeString:
-    """Inline parts as HTML: text escaped with its line breaks kept, elements as chips/values."""
+    """Inline parts as HTML: Markdown prose with inline syntax only (headers, option labels, tool
+    bodies), literal text escaped with its line breaks kept, elements as chips and values."""
+    if any(isinstance(p, Markdown) for p in parts):
+        # markdown_html sanitises its output with nh3 (an allowlist of tags and attributes).
+        return mark_safe(markdown_html(_markdown_pieces(parts), inline=True))
     # Every piece is escaped text or format_html output, which escapes its arguments.
     return mark_safe("".join(map(_inline_html, parts)))
+
+
+def render_text(
+    parts: Sequence[Inline], *, streaming: bool = False, line_complete: bool = False
+) -> SafeString:
+    """A text block: Markdown with its blocks (paragraphs, lists, tables, code) when the
+    assistant wrote it, otherwise literal text with its line breaks."""
+    if any(isinstance(p, Markdown) for p in parts):
+        html = markdown_html(
+            _markdown_pieces(parts), streaming=streaming, line_complete=line_complete
+        )
+        return mark_safe(html)
+    return render_inline(parts)
 
 
 def _highlight_summary(block: HighlightBlock) -> str:
@@ -102,10 +149,12 @@ def _block_context(
     responses: Mapping[str, Response],
     questions: Mapping[str, QuestionBlock],
     message_id: int | str | None,
+    streaming: bool = False,
+    line_complete: bool = False,
 ) -> dict[str, Any]:
     kind = block.kind
     if kind == "text":
-        return {"html": render_inline(block.parts)}
+        return {"html": render_text(block.parts, streaming=streaming, line_complete=line_complete)}
     if kind == "question":
         answer = answers.get(block.id)
         options = [
@@ -161,15 +210,23 @@ def render_blocks(
     responses: Mapping[str, Response] | None = None,
     questions: Mapping[str, QuestionBlock] | None = None,
     message_id: int | str | None = None,
+    streaming: bool = False,
+    line_complete: bool = False,
 ) -> SafeString:
+    """`streaming`: the blocks of a message still being written; its last block may end in
+    half-open Markdown, shown as text until it closes (`line_complete`: the text so far ends
+    with a line break)."""
     html = []
-    for block in blocks:
+    blocks = list(blocks)
+    for n, block in enumerate(blocks):
         context = _block_context(
             block,
             answers=answers or {},
             responses=responses or {},
             questions=questions or {},
             message_id=message_id,
+            streaming=streaming and n == len(blocks) - 1,
+            line_complete=line_complete,
         )
         html.append(_block_template(block.kind).render(context).strip())
     # Each block is the output of an autoescaping template.
@@ -196,5 +253,11 @@ def render_message(
         text, artifacts=artifacts, role=role, streaming=streaming, message_id=message_id
     )
     return render_blocks(
-        blocks, answers=answers, responses=responses, questions=questions, message_id=message_id
+        blocks,
+        answers=answers,
+        responses=responses,
+        questions=questions,
+        message_id=message_id,
+        streaming=streaming,
+        line_complete=streaming and text.rstrip(" \t").endswith("\n"),
     )

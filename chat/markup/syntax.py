@@ -22,8 +22,10 @@ from typing import Any
 
 TOKEN_OPEN = "\ue000"
 TOKEN_CLOSE = "\ue001"
-_SENTINELS = {ord(TOKEN_OPEN): "\ufffd", ord(TOKEN_CLOSE): "\ufffd"}
+# The Markdown renderer's element sentinels (`markdown.ELEMENT_OPEN/CLOSE`) are scrubbed too.
+_SENTINELS = {ord(c): "\ufffd" for c in (TOKEN_OPEN, TOKEN_CLOSE, "\ue002", "\ue003")}
 _TOKEN_RE = re.compile(f"{TOKEN_OPEN}(\\d+){TOKEN_CLOSE}")
+_SENTINEL_RE = re.compile("[\ue000-\ue003]")
 _PLACEHOLDER_RE = re.compile(r"\$\{([^{}<>\s\"'`]{1,512})\}")
 _INDEX_RE = re.compile(r"\d{1,9}")
 MAX_INTERPOLATED_TEXT = 2000
@@ -71,7 +73,7 @@ class Placeholder:
 
 def scrub(text: str) -> str:
     """Replace sentinel characters so literal text can never read as an interpolation token."""
-    return text.translate(_SENTINELS) if TOKEN_OPEN in text or TOKEN_CLOSE in text else text
+    return text.translate(_SENTINELS) if _SENTINEL_RE.search(text) else text
 
 
 def artifact_lookup(path: str, artifacts: Mapping[str, Any]) -> Any:
@@ -95,6 +97,11 @@ def artifact_lookup(path: str, artifacts: Mapping[str, Any]) -> Any:
         else:
             return MISSING
     return value
+
+
+def placeholder_artifact_ids(text: str) -> set[str]:
+    """The artifacts a text's `${artifact_id.path}` placeholders name (to load only those)."""
+    return {match.group(1).split(".", 1)[0] for match in _PLACEHOLDER_RE.finditer(text)}
 
 
 def interpolate(text: str, artifacts: Mapping[str, Any]) -> tuple[str, list[Placeholder]]:

@@ -14,6 +14,7 @@ from chat.markup import (
     FindSimilarBlock,
     HighlightBlock,
     Length,
+    Markdown,
     Missing,
     PendingBlock,
     QuestionBlock,
@@ -208,10 +209,10 @@ def test_generic_question_parses_to_header_and_options_with_messages():
     [block] = parse_message(GENERIC_QUESTION, artifacts={})
     assert isinstance(block, QuestionBlock)
     assert block.id == "1"
-    assert block.header == (Text("Would you like to proceed?"),)
+    assert block.header == (Markdown("Would you like to proceed?"),)
     assert [(o.index, o.label, o.message, o.context) for o in block.options] == [
-        (0, (Text("Yes"),), "Yes, proceed with the aforementioned command.", ()),
-        (1, (Text("No"),), "Please abort the current execution.", ()),
+        (0, (Markdown("Yes"),), "Yes, proceed with the aforementioned command.", ()),
+        (1, (Markdown("No"),), "Please abort the current execution.", ()),
     ]
 
 
@@ -232,7 +233,7 @@ def test_generic_question_renders_buttons_the_page_can_answer_with():
 
 def test_clarification_question_keeps_italic_option_labels():
     [block] = parse_message(CLARIFICATION_QUESTION, artifacts={})
-    assert block.options[0].label == (Emphasis("i", (Text("A"),)),)
+    assert block.options[0].label == (Emphasis("i", (Markdown("A"),)),)
     page = render(CLARIFICATION_QUESTION)
     assert [i["text"] for i in page.find("i")] == ["A", "B"]
     assert page.find("button", "question-option")[2]["attrs"]["data-message"] == (
@@ -250,7 +251,7 @@ def test_context_question_exposes_the_requested_context_types():
 def test_multi_context_question_with_attributes_over_several_lines():
     [block] = parse_message(MULTI_CONTEXT_QUESTION, artifacts={})
     allow = block.options[0]
-    assert allow.label == (Text("Allow"),)
+    assert allow.label == (Markdown("Allow"),)
     assert allow.message == "Here's the viewport data."
     assert allow.context == ("visibility", "position", "image")
     page = render(MULTI_CONTEXT_QUESTION)
@@ -430,9 +431,9 @@ def test_seed_highlight_parses_its_payload_and_body():
         "linkType": "distance",
     }
     assert block.body == (
-        Text("Showcase all trees that are within "),
+        Markdown("Showcase all trees that are within "),
         Length(20.0, "distance"),
-        Text(" of a house"),
+        Markdown(" of a house"),
     )
 
 
@@ -511,7 +512,7 @@ def test_seed_tool_interpolation_takes_the_whole_artifact_as_data():
     highlight, text = blocks
     assert highlight.data == ARTIFACTS["artifact-1234-abcd"]
     assert highlight.error is None
-    assert [p for p in text.parts if not isinstance(p, Text)] == [
+    assert [p for p in text.parts if not isinstance(p, Text | Markdown)] == [
         Ref(311),
         Length(7.25, "size"),
         Ref(40),
@@ -680,9 +681,9 @@ def test_a_streaming_question_shows_a_placeholder_until_it_closes(cut):
 
 def test_streaming_hides_a_half_written_placeholder_and_closes_open_emphasis():
     [block] = parse_message("Area: ${artifact-1234-ab", artifacts=ARTIFACTS, streaming=True)
-    assert block.parts == (Text("Area:"),)
+    assert block.parts == (Markdown("Area:"),)
     [block] = parse_message("so <b>very", artifacts={}, streaming=True)
-    assert block.parts == (Text("so "), Emphasis("b", (Text("very"),)))
+    assert block.parts == (Markdown("so "), Emphasis("b", (Markdown("very"),)))
 
 
 def test_finished_message_renders_the_same_as_the_last_streamed_one():
@@ -693,4 +694,122 @@ def test_finished_message_renders_the_same_as_the_last_streamed_one():
 
 def test_missing_marker_is_not_an_error_in_text():
     [block] = parse_message("x ${nope.a}", artifacts={})
-    assert block.parts == (Text("x "), Missing("${nope.a}"))
+    assert block.parts == (Markdown("x "), Missing("${nope.a}"))
+
+
+# --- Markdown ---------------------------------------------------------------------------------
+def html_of(text: str, **options) -> str:
+    return render_message(text, role="assistant", artifacts=options.pop("artifacts", {}), **options)
+
+
+def test_markdown_renders_headings_emphasis_lists_quotes_and_rules():
+    page = render("## Trees\n\n**bold**, *em*, ~~gone~~\n\n- a\n- b\n\n1. one\n\n> quote\n\n---")
+    assert page.one("h2")["text"] == "Trees"
+    assert [page.one(t)["text"] for t in ("strong", "em", "s")] == ["bold", "em", "gone"]
+    assert len(page.find("li")) == 3 and page.find("blockquote") and page.find("hr")
+
+
+def test_a_gfm_table_renders_with_alignment_as_a_class():
+    page = render('| a | b |\n|:--|--:|\n| 1 | <distance value="4"/> |')
+    assert [c["text"] for c in page.find("th")] == ["a", "b"]
+    cells = page.find("td")
+    assert cells[1]["attrs"]["class"] == "align-right"
+    assert "style" not in html_of("| a |\n|:-:|\n| 1 |")
+    assert page.one("span", "length")["text"] == "4 m"
+
+
+def test_code_blocks_and_spans_are_escaped_and_show_geosense_tags_as_written():
+    html = html_of('```html\n<b>hi</b> <ref id="3"/>\n```\n\nand `<size value="2"/>` here')
+    assert '<pre><code class="language-html">&lt;b&gt;hi&lt;/b&gt; &lt;ref id="3"/&gt;' in html
+    assert "<code>&lt;size value=&quot;2&quot;/&gt;</code>" in html or (
+        '<code>&lt;size value="2"/&gt;</code>' in html
+    )
+    assert "data-annotation-id" not in html
+
+
+def test_elements_sit_inside_markdown_structure():
+    page = render('- **closest: <ref id="3"/>**\n- then <ref id="4"/> at <size value="5"/>')
+    items = page.find("li")
+    assert len(items) == 2
+    assert [b["attrs"]["data-annotation-id"] for b in page.find("button", "ref")] == ["3", "4"]
+    assert page.one("strong")["text"] == "closest: #3"
+
+
+def test_markdown_inside_headers_option_labels_and_tool_bodies_is_inline_only():
+    page = render(
+        '<question id="q"><header>Pick **one**</header>'
+        '<option message="a">*A* `x`</option></question>'
+        '<tool type="highlight" data=\'{"ids":[1]}\'>Show **these**\n\n- not a list</tool>'
+    )
+    assert page.one("div", "question-header")["text"] == "Pick one"
+    assert page.find("strong") and page.find("em") and page.find("code")
+    assert page.find("ul") == [] and page.find("p") == []
+
+
+def test_a_plain_option_label_gives_its_words_as_the_default_message():
+    [block] = parse_message(
+        '<question id="q"><header>H</header><option>**Yes**, go</option></question>',
+        artifacts={},
+    )
+    assert block.options[0].message == "Yes, go"
+
+
+def test_interpolated_values_are_text_never_markdown():
+    html = html_of(
+        "${a.s} and ${a.l}", artifacts={"a": {"s": "**x** [y](https://e.x)", "l": "`c`"}}
+    )
+    assert "<strong>" not in html and "<a " not in html and "<code>" not in html
+    assert "**x** [y](https://e.x) and `c`" in html
+
+
+def test_single_line_breaks_are_kept_as_in_a_chat():
+    assert "Line one<br>\nLine two" in html_of("Line one\nLine two")
+
+
+def test_images_become_links_and_are_never_loaded():
+    page = render("![the map](https://example.org/map.png)")
+    assert page.find("img") == []
+    link = page.one("a")
+    assert link["attrs"]["href"] == "https://example.org/map.png" and link["text"] == "the map"
+
+
+def test_raw_html_from_the_model_is_shown_as_text():
+    html = html_of("<div>hi</div> and <u>x</u>")
+    assert "&lt;div&gt;hi&lt;/div&gt; and &lt;u&gt;x&lt;/u&gt;" in html
+
+
+def test_message_plain_text_drops_markdown_syntax():
+    assert message_plain_text("**Twelve** trees near `#3`, see [map](https://x.y)") == (
+        "Twelve trees near #3, see map"
+    )
+
+
+# --- streaming Markdown -----------------------------------------------------------------------
+def test_streaming_shows_an_unclosed_emphasis_as_text_until_it_closes():
+    assert "**bold" in html_of("Some **bold", streaming=True)
+    assert "<strong>bold</strong>" in html_of("Some **bold**", streaming=True)
+
+
+def test_streaming_shows_an_unclosed_fence_as_text_and_the_final_render_as_code():
+    partial = html_of("Look:\n\n```python\nprint(1)", streaming=True)
+    assert "<pre>" not in partial and "<code" not in partial
+    assert '<p class="markdown-pending">```python<br>print(1)</p>' in partial
+    done = html_of("Look:\n\n```python\nprint(1)\n```\n", streaming=True)
+    assert '<pre><code class="language-python">print(1)' in done
+    assert "markdown-pending" not in done
+
+
+def test_streaming_holds_back_a_last_line_that_is_only_syntax():
+    for tail in ("-", "|--", "1.", "#", "===", "> ", "```"):
+        html = html_of(f"Trees\n{tail}", streaming=True)
+        assert "<h1>" not in html and "<h2>" not in html and "<li>" not in html, tail
+        assert "<p>Trees</p>" in html, (tail, html)
+
+
+def test_streaming_keeps_a_table_header_as_text_until_its_delimiter_row_is_complete():
+    assert "<table>" not in html_of("| a | b |\n|--", streaming=True)
+    assert "<table>" in html_of("| a | b |\n|---|---|\n| 1", streaming=True)
+
+
+def test_the_final_render_of_a_message_ignores_the_streaming_rules():
+    assert "<li>" in html_of("Trees\n- one\n-")

@@ -9,6 +9,7 @@ import pytest
 from chat.markup import (
     FindSimilarBlock,
     HighlightBlock,
+    Markdown,
     MarkupError,
     QuestionBlock,
     Text,
@@ -133,7 +134,7 @@ def test_tool_without_data_or_with_an_unknown_type_is_an_error_chip():
     assert isinstance(text, TextBlock)
     assert text.parts == (
         MarkupError("unknown tool", "type must be highlight or find-similar"),
-        Text("Go there"),
+        Markdown("Go there"),
     )
 
 
@@ -210,7 +211,7 @@ def test_unclosed_or_misplaced_markup_is_shown_as_text(text):
     page = render(text)
     assert page.find("div", "question") == [] and page.find("div", "tool") == []
     assert page.find("button") == []
-    assert all(e["tag"] in {"div", "span", "br", "b", "i"} for e in page.elements)
+    assert all(e["tag"] in {"div", "span", "br", "b", "i", "p"} for e in page.elements)
 
 
 def test_unclosed_question_before_a_good_one_leaves_the_good_one_intact():
@@ -228,7 +229,7 @@ def test_question_without_id_is_an_error_chip_with_its_header():
         '<question><header>Which?</header><option message="a">A</option></question>', artifacts={}
     )
     assert block == TextBlock(
-        (MarkupError("invalid <question>", "a question needs a short id"), Text("Which?"))
+        (MarkupError("invalid <question>", "a question needs a short id"), Markdown("Which?"))
     )
 
 
@@ -265,9 +266,9 @@ def test_question_inside_a_tool_is_an_error_chip():
     [tool] = parse_message(text, artifacts={})
     assert tool.error is None
     assert tool.body == (
-        Text("Look "),
+        Markdown("Look "),
         MarkupError("nested <question>", "blocks cannot be nested"),
-        Text(" here"),
+        Markdown(" here"),
     )
     assert render(text).find("button", "question-option") == []
 
@@ -279,7 +280,7 @@ def test_tool_inside_a_question_option_is_an_error_chip():
     )
     [question] = parse_message(text, artifacts={})
     assert question.options[0].label == (
-        Text("A "),
+        Markdown("A "),
         MarkupError("nested <tool>", "blocks cannot be nested"),
     )
 
@@ -322,9 +323,9 @@ def test_deeply_nested_emphasis_renders_without_recursion_trouble():
 )
 def test_bad_inline_values_are_error_chips_inside_the_text(text, label):
     [block] = parse_message(f"Before {text} after", artifacts={})
-    assert block.parts[0] == Text("Before ")
+    assert block.parts[0] == Markdown("Before ")
     assert block.parts[1].label == label
-    assert block.parts[2] == Text(" after")
+    assert block.parts[2] == Markdown(" after")
 
 
 def test_interpolated_value_of_the_wrong_type_is_an_error_chip():

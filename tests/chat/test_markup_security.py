@@ -17,8 +17,16 @@ from chat.markup import (
     render_message,
 )
 
-ALLOWED_TAGS = {"div", "span", "button", "p", "b", "i", "br"}
-ALLOWED_ATTRIBUTES = {"class", "type", "title", "disabled", "role", "aria-pressed", "aria-busy"}
+MARKDOWN_TAGS = {
+    "h1", "h2", "h3", "h4", "h5", "h6", "hr", "strong", "em", "del", "s", "code", "pre",
+    "blockquote", "ul", "ol", "li", "table", "thead", "tbody", "tr", "th", "td", "a",
+}  # fmt: skip
+ALLOWED_TAGS = {"div", "span", "button", "p", "b", "i", "br", *MARKDOWN_TAGS}
+ALLOWED_ATTRIBUTES = {
+    "class", "type", "title", "disabled", "role", "aria-pressed", "aria-busy",
+    "href", "rel", "target", "start",
+}  # fmt: skip
+LINK_REL = "noopener noreferrer nofollow"
 _TAG_IN_OUTPUT_RE = re.compile(r"<\s*(/?)\s*([^\s/>]*)")
 
 
@@ -49,6 +57,13 @@ def assert_inert(html: str) -> None:
                 assert "javascript:" not in (value or "").lower(), (tag, name, value)
         if tag == "button":
             assert attrs["type"] == "button"
+        if tag == "a":
+            assert re.match(r"https?://", attrs.get("href") or "http://"), attrs
+            assert attrs.get("rel") == LINK_REL and attrs.get("target") == "_blank", attrs
+        elif {"href", "rel", "target"} & set(attrs):
+            raise AssertionError((tag, attrs))
+        if tag == "ol":
+            assert set(attrs) <= {"start"}
 
 
 NASTY_ARTIFACTS = {
@@ -78,6 +93,11 @@ FRAGMENTS = [
     '<a href="javascript:alert(1)">', "javascript:", " onclick=", "onerror=", "<!--", "-->",
     "<![CDATA[", "]]>", "<", ">", "/", '"', "'", "&", "&lt;", "&#x3c;", "&#60;", "&quot;",
     "\ue000", "\ue0010\ue001", "\x00", "\n", " ", "=", "<style>", "<iframe srcdoc='",
+    # Markdown
+    "**", "_", "`", "```", "\n```\n", "~~", "[", "](", ")", "![", "<http://a.b/>",
+    "<javascript:alert(1)>", "](javascript:alert(1))", '](https://x.y "t")', "[r]: ", "[r]",
+    "\n| a | b |\n|---|:-:|\n| 1 | 2 |\n", "\n- ", "\n1. ", "\n> ", "\n# ", "\n---\n",
+    "&#xe002;0&#xe003;", "\ue0020\ue003", "\\", "    ", "<div>", "</div>",
 ]  # fmt: skip
 
 markup_text = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=8)), max_size=40).map(
@@ -207,3 +227,93 @@ def test_quote_breakout_stays_inside_the_data_attribute():
     [button] = [attrs for tag, attrs in parser.tags if tag == "button"]
     assert button["data-message"] == '" onclick="alert(1)" x="'
     assert set(button) == {"type", "class", "data-option-index", "data-message", "data-context"}
+
+
+# --- Markdown payloads ------------------------------------------------------------------------
+MARKDOWN_XSS_PAYLOADS = [
+    # links
+    "[click](javascript:alert(1))",
+    "[click](JaVaScRiPt:alert(1))",
+    "[click](java\tscript:alert(1))",
+    "[click](&#106;avascript:alert(1))",
+    "[click](&#x6A;avascript&#58;alert(1))",
+    "[click](%6Aavascript:alert(1))",
+    "[click](vbscript:msgbox(1))",
+    "[click](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)",
+    "[click](file:///etc/passwd)",
+    "[click](//evil.example/x)",
+    "[click](/relative/path)",
+    '[click](https://ok.example/ "title\\" onmouseover=\\"alert(1))',
+    '[click](https://ok.example/"onmouseover="alert(1))',
+    '[a <ref id="3"/> link](https://ok.example/)',
+    '[x](https://ok.example/<ref id="3"/>)',
+    # images
+    "![x](javascript:alert(1))",
+    "![x](https://tracker.example/pixel.png)",
+    '![x" onerror="alert(1)](https://ok.example/a.png)',
+    "![<img src=x onerror=alert(1)>](https://ok.example/a.png)",
+    # autolinks
+    "<javascript:alert(1)>",
+    "<JAVASCRIPT:alert(1)>",
+    "<https://ok.example/?q=<script>>",
+    "<mailto:a@b.example>",
+    "<a@b.example>",
+    # reference definitions
+    "[x][r]\n\n[r]: javascript:alert(1)",
+    '[x][r]\n\n[r]: https://ok.example/ "t\\" onclick=\\"alert(1)"',
+    "![x][r]\n\n[r]: javascript:alert(1)",
+    # HTML blocks and inline HTML
+    "<div onclick=alert(1)>\n\n**x**\n\n</div>",
+    "<script>\nalert(1)\n</script>",
+    "<details open ontoggle=alert(1)>",
+    "<!-- x --><img src=x onerror=alert(1)>",
+    "text <span onclick=alert(1)>x</span> text",
+    '<a href="javascript:alert(1)">**x**</a>',
+    # entity tricks
+    "&lt;img src=x onerror=alert(1)&gt;",
+    "&#x3C;script&#x3E;alert(1)&#x3C;/script&#x3E;",
+    "&#xe002;0&#xe003; and &#57346;0&#57347;",
+    "`&#xe002;0&#xe003;`",
+    "\\<script>alert(1)\\</script>",
+    # code and tables
+    "```html\n<script>alert(1)</script>\n```",
+    '```" onclick="alert(1)\n<ref id="3"/>\n```',
+    "`<img src=x onerror=alert(1)>`",
+    "| a | b |\n|---|---|\n| <img src=x onerror=alert(1)> | [x](javascript:alert(1)) |",
+    "| a |\n|:-:|\n| x |",
+]
+
+
+@pytest.mark.parametrize("payload", MARKDOWN_XSS_PAYLOADS)
+@pytest.mark.parametrize("streaming", [False, True])
+def test_markdown_xss_payload_renders_inert(payload, streaming):
+    html = render_message(payload, role="assistant", artifacts=NASTY_ARTIFACTS, streaming=streaming)
+    assert_inert(html)
+    lowered = html.lower()
+    assert "<script" not in lowered and "<img" not in lowered and "style=" not in lowered
+
+
+def test_only_http_and_https_links_are_links():
+    html = render_message(
+        "[a](https://ok.example/) [b](http://ok.example/) [c](javascript:alert(1)) "
+        "[d](/local) [e](mailto:a@b.example) <https://auto.example/>",
+        role="assistant",
+        artifacts={},
+    )
+    parser = _Attributes()
+    parser.feed(html)
+    links = [attrs for tag, attrs in parser.tags if tag == "a"]
+    assert [a["href"] for a in links] == [
+        "https://ok.example/",
+        "http://ok.example/",
+        "https://auto.example/",
+    ]
+    assert all(a["rel"] == LINK_REL and a["target"] == "_blank" for a in links)
+    assert "[c](javascript:alert(1))" in html and "[d](/local)" in html
+
+
+def test_a_sentinel_forged_through_an_entity_is_text_not_an_element():
+    html = render_message(
+        'A <ref id="5"/> then &#xe002;0&#xe003; twice', role="assistant", artifacts={}
+    )
+    assert html.count("data-annotation-id") == 1

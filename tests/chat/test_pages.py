@@ -1,5 +1,7 @@
 """The chat page's views: ownership, the server-rendered transcript and its partials."""
 
+import json
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -179,3 +181,57 @@ def test_a_note_is_shown_as_escaped_text(browser, session):
     html = browser.get(f"/chat/{session.pk}/").content.decode()
 
     assert 'class="message-note" role="note">The model&#x27;s server failed &lt;500&gt;' in html
+
+
+# --- the streaming preview --------------------------------------------------------------------
+def _preview(client: Client, session: ChatSession, body, **extra):
+    return client.post(
+        f"/chat/{session.pk}/preview/",
+        data=body if isinstance(body, str) else json.dumps(body),
+        content_type="application/json",
+        **extra,
+    )
+
+
+def test_the_preview_renders_the_streamed_text_holding_back_half_open_markdown(browser, session):
+    response = _preview(
+        browser, session, {"text": '## Trees\n\n**12** near <ref id="3"/>\n\n```py\nx'}
+    )
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "<h2>Trees</h2>" in html and "<strong>12</strong>" in html
+    assert 'data-annotation-id="3"' in html
+    assert '<p class="markdown-pending">```py<br>x</p>' in html
+
+
+def test_the_preview_fills_placeholders_from_the_sessions_own_artifacts_only(
+    browser, session, alice
+):
+    mine = services.artifact_save(session_id=session.pk, kind="k", data={"n": 7}, origin="t")
+    other = ChatSession.objects.create(user=alice)
+    theirs = services.artifact_save(session_id=other.pk, kind="k", data={"n": 9}, origin="t")
+
+    html = _preview(browser, session, {"text": f"${{{mine}.n}} and ${{{theirs}.n}}"}).content
+
+    assert b"7 and " in html and b"missing value" in html
+
+
+def test_the_preview_refuses_bad_bodies_other_users_and_oversized_text(browser, session):
+    bob = get_user_model().objects.create_user(username="bob", password="pw")
+    other = Client()
+    other.force_login(bob)
+
+    assert _preview(other, session, {"text": "x"}).status_code == 404
+    assert _preview(Client(), session, {"text": "x"}).status_code == 302
+    assert _preview(browser, session, "not json").status_code == 400
+    assert _preview(browser, session, {"text": 5}).status_code == 400
+    assert _preview(browser, session, {"text": "x" * 256_001}).status_code == 413
+    assert browser.get(f"/chat/{session.pk}/preview/").status_code == 405
+
+
+def test_the_preview_needs_the_csrf_token(alice, session):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+
+    assert _preview(client, session, {"text": "x"}).status_code == 403
