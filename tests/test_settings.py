@@ -17,7 +17,9 @@ PROVIDER = (
 
 def start(names: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("GEOSENSE_", "DJANGO_"))}
-    environ.update(DJANGO_SETTINGS_MODULE="geosense.settings", DEBUG="1", **env)
+    # GEOSENSE_ENV_FILE empty: a developer's own .env never reaches the test.
+    environ.update(DJANGO_SETTINGS_MODULE="geosense.settings", DEBUG="1", GEOSENSE_ENV_FILE="")
+    environ.update(env)
     values = ", ".join(f"s.{name.strip()}" for name in names.split(","))
     code = "import django; django.setup(); " + PRINT.format(values)
     return subprocess.run(
