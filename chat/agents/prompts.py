@@ -3,7 +3,9 @@
 import json
 
 MARKUP_GUIDE = """\
-Write plain text. You may embed these GeoSense elements; nothing else is rendered as HTML.
+Write Markdown (CommonMark with tables and strikethrough; links must be http or https, images
+show as links). You may embed these GeoSense elements, also inside Markdown (a list item, a
+table cell, bold text); any other HTML tag is shown as text.
 
 Inline values (rendered with units):
 - <distance value="20" /> a length in metres; <size value="4.3" /> also a length in metres;

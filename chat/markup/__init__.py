@@ -21,9 +21,10 @@ How it works, and why it is safe:
    (`validation`), capped in size, and a bad one becomes an error chip while the rest of the
    message renders.
 3. Rendering builds HTML only from the templates in `templates/chat/blocks/` with
-   autoescaping; every piece of message text is escaped. While a message streams, a
-   half-written tag or placeholder at its end is hidden and an unclosed block shows as a
-   placeholder, so no broken HTML ever appears.
+   autoescaping; every piece of message text is escaped. The assistant's prose is Markdown,
+   rendered with the elements inside it and sanitised (`markdown`). While a message streams, a
+   half-written tag or placeholder at its end is hidden, an unclosed block shows as a
+   placeholder and half-open Markdown as text, so no broken HTML ever appears.
 4. Nothing here raises on any input text: malformed markup degrades to text or a chip.
 """
 

@@ -1,12 +1,14 @@
 // The chat of the page: the composer, the turn streams, the cards and the blocks' actions.
 //
 // Live and reloaded views are the same because every stored message is shown as the server
-// renders it: while a turn streams, its text shows as plain text in a "streaming" bubble, and
+// renders it: while a turn streams, its text shows in a "streaming" bubble, and
 // at `message`/`turn_end` the whole turn is fetched again from /chat/<id>/turns/<n>/ and
-// swapped in. Only the activity log is built here, from the events, and never stored.
+// swapped in. While it streams, the bubble shows the server's rendering of the text so far
+// (stream-preview.js), plain text only if the server cannot render it. Only the activity log is built here, from the events, and never stored.
 // Model text only ever reaches the page as textContent or as the server's escaped HTML.
 
 import { SSE } from '../vendor/sse/sse.js';
+import { createStreamPreview } from './stream-preview.js';
 
 const TURN_EVENTS = [
   'turn_start',
@@ -98,7 +100,7 @@ export function createChat({
   const ownEchoes = [];
   // Turns whose socket copy started before this tab's own stream said turn_start.
   const echoedEarly = [];
-  const live = { turn: null, bubble: null, raw: '', log: null };
+  const live = { turn: null, bubble: null, raw: '', log: null, preview: null };
   const seenMessages = new Set(
     [...transcript.querySelectorAll('.message[data-message-id]')].map((m) => m.dataset.messageId),
   );
@@ -264,11 +266,24 @@ export function createChat({
     turnElement(live.turn).append(article);
     live.bubble = article;
     live.raw = '';
+    live.preview = createStreamPreview({
+      url: `/chat/${sessionId}/preview/`,
+      headers: { 'X-CSRFToken': csrfToken(document) },
+      render: (html) => {
+        body.innerHTML = html; // the server's rendering, sanitised like every stored message
+      },
+      fallback: (raw) => {
+        text.textContent = previewText(raw);
+        body.replaceChildren(text);
+      },
+    });
     return article;
   }
 
   function closeBubble() {
     if (live.bubble) live.bubble.removeAttribute('aria-busy');
+    live.preview?.close();
+    live.preview = null;
     live.bubble = null;
     live.raw = '';
   }
@@ -313,11 +328,9 @@ export function createChat({
         break;
       case 'text_delta':
         if (live.turn === null) break;
-        {
-          const text = bubble().querySelector('.streaming-text');
-          live.raw += data.delta || '';
-          text.textContent = previewText(live.raw);
-        }
+        bubble();
+        live.raw += data.delta || '';
+        live.preview.update(live.raw);
         break;
       case 'backend_thinking':
         if (live.turn === null) break;
