@@ -10,9 +10,11 @@ element's source text inside code, where nothing is interpreted.
 
 Safety, in layers: markdown-it runs with raw HTML off (a tag that is not GeoSense's own is text);
 links and autolinks are http/https only (others stay text) and images become links; table
-alignment is a class, not a `style` attribute; and the finished HTML passes `nh3` with an
-allowlist of tags and attributes, http/https URLs only, and `rel="noopener noreferrer nofollow"`
-with `target="_blank"` on every link.
+alignment is a class, not a `style` attribute; and Markdown's HTML passes `nh3` with an allowlist
+of tags and attributes, http/https URLs only, and `rel="noopener noreferrer nofollow"` with
+`target="_blank"` on every link. Only then are the elements (GeoSense's own HTML, built from
+validated values with `format_html`) put in place of their tokens, which by then can stand only
+in text: the core rule leaves no token in code, an attribute or a decoded entity.
 
 While a message streams (`streaming=True`), half-open syntax stays text until it closes: an
 unclosed code fence and what follows it show as plain text, and a last line that is still only
@@ -44,9 +46,8 @@ _SYNTAX_ONLY_RE = re.compile(r"[ \t]*(?:>[ \t]*)*(?:[-*_=+#|:~`\t ]*|\d{1,9}[.)]
 _INLINE_SYNTAX_RE = re.compile(r"[\\`*_\[\]<>!&~\n]|https?:")
 
 ALLOWED_TAGS = {
-    "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "b", "i", "del", "s",
-    "code", "pre", "blockquote", "ul", "ol", "li", "table", "thead", "tbody", "tr", "th", "td",
-    "a", "span", "button",
+    "p", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6", "strong", "em", "s", "code", "pre",
+    "blockquote", "ul", "ol", "li", "table", "thead", "tbody", "tr", "th", "td", "a",
 }  # fmt: skip
 ALLOWED_ATTRIBUTES = {
     "a": {"href", "title", "class"},
@@ -55,8 +56,6 @@ ALLOWED_ATTRIBUTES = {
     "th": {"class"},
     "td": {"class"},
     "p": {"class"},
-    "span": {"class", "title", "data-value"},
-    "button": {"type", "class", "data-annotation-id", "data-vector"},
 }
 LINK_REL = "noopener noreferrer nofollow"
 
@@ -74,9 +73,11 @@ def _link_allowed(url: str) -> bool:
 
 
 def _elements_in_tokens(state: StateCore) -> None:
-    """Core rule: element tokens in text become `geosense` tokens; in code, their source."""
+    """Core rule: element tokens in text become `geosense` tokens; in code and attributes,
+    their source text."""
     elements: list[Element] = state.env.get("elements", [])
     for token in state.tokens:
+        _attributes_as_source(token, elements)
         if token.type in ("fence", "code_block"):
             token.content = _as_source(token.content, elements)
             token.info = _as_source(token.info, elements)
@@ -98,12 +99,17 @@ def _inline_children(children: list[Token], elements: list[Element]) -> list[Tok
             )
         elif child.type == "code_inline":
             child.content = _as_source(child.content, elements)
-        elif child.type == "link_open" and child.attrGet("title"):
-            child.attrSet("title", _as_source(str(child.attrGet("title")), elements))
         elif child.type == "image" and child.children:
             child.children = _inline_children(child.children, elements)
+        _attributes_as_source(child, elements)
         out.append(child)
     return out
+
+
+def _attributes_as_source(token: Token, elements: Sequence[Element]) -> None:
+    for name, value in list(token.attrs.items()):
+        if isinstance(value, str) and ELEMENT_OPEN in value:
+            token.attrSet(name, _as_source(value, elements).replace(ELEMENT_OPEN, "\ufffd"))
 
 
 def _split_text(token: Token, elements: list[Element]) -> list[Token]:
@@ -153,7 +159,8 @@ def _align_as_class(token: Token) -> None:
 
 
 def _render_element(self: Any, tokens: list[Token], idx: int, options: Any, env: Any) -> str:
-    return env["elements"][tokens[idx].meta["n"]].html
+    """The element's token, put back into text: it is replaced after sanitising."""
+    return f"{ELEMENT_OPEN}{tokens[idx].meta['n']}{ELEMENT_CLOSE}"
 
 
 def _render_image(self: Any, tokens: list[Token], idx: int, options: Any, env: Any) -> str:
@@ -217,7 +224,7 @@ def markdown_html(
     env = {"elements": elements}
     md = _parser()
     if inline:
-        return _sanitised(md.renderInline(text, env))
+        return _with_elements(_sanitised(md.renderInline(text, env)), elements)
     tail = ""
     if streaming:
         text, tail = _streaming_split(text + "\n" if line_complete else text)
@@ -225,7 +232,13 @@ def markdown_html(
     if tail:
         shown = escape(_as_source(tail, elements)).replace("\n", "<br>")
         html += f'<p class="markdown-pending">{shown}</p>'
-    return _sanitised(html)
+    return _with_elements(_sanitised(html), elements)
+
+
+def _with_elements(html: str, elements: Sequence[Element]) -> str:
+    if ELEMENT_OPEN not in html:
+        return html
+    return _ELEMENT_RE.sub(lambda m: elements[int(m.group(1))].html, html)
 
 
 def _streaming_split(text: str) -> tuple[str, str]:
