@@ -230,9 +230,9 @@ def _charge(approval: Approval, session_id: object) -> CreditShortfall | None:
         credit_charge(
             user=approval.session.user,
             amount=approval.cost_credits,
+            session_id=str(approval.session_id),
             tool_call_id=approval.tool_call_id,
             tool_name=approval.tool_name,
-            session_id=str(session_id),
         )
     except InsufficientCredits as exc:
         return CreditShortfall(tool=approval.tool_name, cost=exc.needed, balance=exc.balance)

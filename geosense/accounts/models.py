@@ -38,19 +38,28 @@ class CreditAccount(models.Model):
 
 
 class CreditCharge(models.Model):
-    """One ledger entry: what a tool call cost. The balance is charged in the same transaction."""
+    """One ledger entry: what a tool call cost. The balance is charged in the same transaction.
+
+    A charge is keyed by the stored call, the session and the call's id within it: a model's
+    call id alone is unique only inside one session (servers that send none get `call_0`).
+    """
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="credit_charges"
     )
     amount = models.PositiveIntegerField()
-    tool_call_id = models.CharField(max_length=128, unique=True)
+    session_id = models.CharField(max_length=64)
+    tool_call_id = models.CharField(max_length=128)
     tool_name = models.CharField(max_length=64)
-    session_id = models.CharField(max_length=64, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-created"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session_id", "tool_call_id"], name="one_charge_per_stored_call"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.amount} credits for {self.tool_name} ({self.tool_call_id})"

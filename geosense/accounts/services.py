@@ -5,7 +5,7 @@ import secrets
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -55,31 +55,31 @@ def credit_set(*, user: AbstractBaseUser, balance: int) -> CreditAccount:
 
 
 def credit_charge(
-    *, user: AbstractBaseUser, amount: int, tool_call_id: str, tool_name: str, session_id: str = ""
+    *, user: AbstractBaseUser, amount: int, session_id: str, tool_call_id: str, tool_name: str
 ) -> int:
-    """Charge a tool call once; returns the new balance.
+    """Charge a stored tool call once; returns the new balance.
 
-    Must run inside the caller's transaction (the one that decides the approval), so that a
-    decision and its charge land together. The conditional update never lets the balance go
-    below zero, and the ledger's unique call id makes a second charge of one call impossible.
+    The call is named by its session and its id there: the model's id alone repeats across
+    sessions. Must run inside the caller's transaction (the one that decides the approval), so
+    that a decision and its charge land together. The conditional update never lets the
+    balance go below zero, and the ledger's unique (session, call) makes a second charge of one
+    call impossible: a concurrent second charge rolls back whole, balance included.
     """
     if amount <= 0:
         return credit_balance(user=user)
-    with transaction.atomic():
-        if CreditCharge.objects.filter(tool_call_id=tool_call_id).exists():
-            return credit_balance(user=user)
-        updated = CreditAccount.objects.filter(user=user, balance__gte=amount).update(
-            balance=F("balance") - amount
-        )
-        if not updated:
-            raise InsufficientCredits(needed=amount, balance=credit_balance(user=user))
-        CreditCharge.objects.create(
-            user=user,
-            amount=amount,
-            tool_call_id=tool_call_id,
-            tool_name=tool_name,
-            session_id=session_id,
-        )
+    key = {"session_id": str(session_id), "tool_call_id": tool_call_id}
+    try:
+        with transaction.atomic():
+            if CreditCharge.objects.filter(**key).exists():
+                return credit_balance(user=user)
+            updated = CreditAccount.objects.filter(user=user, balance__gte=amount).update(
+                balance=F("balance") - amount
+            )
+            if not updated:
+                raise InsufficientCredits(needed=amount, balance=credit_balance(user=user))
+            CreditCharge.objects.create(user=user, amount=amount, tool_name=tool_name, **key)
+    except IntegrityError:
+        pass  # charged meanwhile by a concurrent request; this one changed nothing
     return credit_balance(user=user)
 
 

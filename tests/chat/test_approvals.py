@@ -9,7 +9,7 @@ from chat.models import Approval, ChatSession, Message
 from geosense.accounts.models import CreditCharge
 from geosense.accounts.services import credit_balance, credit_set
 from geosense.annotations.models import Annotation
-from tests.chat.conftest import make_caller
+from tests.chat.conftest import Caller, make_caller
 from tests.chat.helpers import history_is_valid, post_stream, stored_history_is_valid
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -115,6 +115,36 @@ async def test_approving_runs_the_call_charges_once_and_continues(
     fed = openai_agent.requests[-1]["messages"]
     assert history_is_valid(fed)
     assert [m["tool_call_id"] for m in fed if m["role"] == "tool"] == ["call_1"]
+
+
+async def test_a_call_id_reused_in_other_sessions_and_by_other_users_is_charged_each_time(
+    client, trusted_caller, openai_agent, neighbourhood
+):
+    """Servers that send no id make every call `call_0`; the charge is keyed by the stored
+    call (session and id), so a paid call never runs free because another one had its id."""
+    again = Caller(
+        user=trusted_caller.user,
+        token=trusted_caller.token,
+        session=await ChatSession.objects.acreate(
+            user=trusted_caller.user, allow_backend_tools=True
+        ),
+    )
+    mallory = await asyncio.to_thread(make_caller, "mallory", credits=10, allow_backend_tools=True)
+    for who in (trusted_caller, again, mallory):
+        openai_agent.reply_tool_calls([("call_0", *SIMILAR)])
+        out = await post_stream(client, who.url("/message/stream"), {"text": "x"}, token=who.token)
+        openai_agent.reply_text("Found them.")
+        await _resume(client, who, out.message["pending_approval"]["id"], "approve")
+    assert await asyncio.to_thread(credit_balance, user=trusted_caller.user) == 90
+    assert await asyncio.to_thread(credit_balance, user=mallory.user) == 5
+    charges = [
+        (c.user_id, c.session_id, c.tool_call_id) async for c in CreditCharge.objects.order_by("id")
+    ]
+    assert charges == [
+        (trusted_caller.user.pk, str(trusted_caller.session.pk), "call_0"),
+        (trusted_caller.user.pk, str(again.session.pk), "call_0"),
+        (mallory.user.pk, str(mallory.session.pk), "call_0"),
+    ]
 
 
 async def test_approving_backend_access_turns_the_toggle_on(
