@@ -19,7 +19,7 @@ from django.utils import timezone
 from geosense.accounts.services import InsufficientCredits, credit_balance, credit_charge
 from geosense.wire import ApprovalReason
 from tools.registry import BackendTool
-from tools.schemas import validation_error
+from tools.schemas import validation_problem
 
 from .models import Approval, ChatSession, Message, PendingDecision
 from .services import tool_result_store
@@ -239,12 +239,31 @@ def _charge(approval: Approval, session_id: object) -> CreditShortfall | None:
     return None
 
 
+async def decision_answer_check(
+    *, session_id: object, tool_call_id: str, result: dict[str, Any]
+) -> None:
+    """Check the reader's answer against the result schema the tool declared when it was
+    called; raises AnswerInvalid. The schema and the answer are the browser's: the check runs
+    in the schema worker with its budget, never on the event loop or the thread of the ORM.
+    An unknown or decided call passes here and is refused by `decision_answer`."""
+    decision = await PendingDecision.objects.filter(
+        session_id=session_id, tool_call_id=tool_call_id, status=PendingDecision.Status.PENDING
+    ).afirst()
+    if decision is None:
+        return
+    problem = await validation_problem(schema=decision.result_schema or {}, value=result)
+    if problem:
+        raise AnswerInvalid(
+            f"the result does not match {decision.tool_name}'s result schema: {problem}"
+        )
+
+
 def decision_answer(
     *, session_id: object, tool_call_id: str, result: dict[str, Any]
 ) -> PendingDecision:
     """Take the reader's answer exactly once and store it as the call's result.
 
-    The answer is checked against the result schema the tool declared when it was called.
+    The caller has checked the answer with `decision_answer_check` first.
     """
     decision = (
         PendingDecision.objects.filter(session_id=session_id, tool_call_id=tool_call_id)
@@ -255,11 +274,6 @@ def decision_answer(
         raise PauseNotFound("unknown tool call")
     if decision.status != PendingDecision.Status.PENDING:
         raise PauseConflict(f"tool call already {_status_words(decision.status)}")
-    problem = validation_error(schema=decision.result_schema or {}, value=result)
-    if problem:
-        raise AnswerInvalid(
-            f"the result does not match {decision.tool_name}'s result schema: {problem}"
-        )
     with transaction.atomic():
         changed = PendingDecision.objects.filter(
             pk=decision.pk, status=PendingDecision.Status.PENDING

@@ -9,6 +9,7 @@ docs/protocol.md; declarations are validated by `tools.client`, stored by `chat.
 import contextlib
 import json
 import uuid
+import weakref
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -18,18 +19,48 @@ from chat import services
 from chat.events import session_group
 from chat.models import ChatSession
 from geosense import wire
+from geosense.throttle import TokenBucket
 from tools.client import (
     CLIENT_ERROR_MAX_CHARS,
     TOOLS_PER_SOCKET_MAX,
     WENT_AWAY,
     ClientTool,
-    ClientToolRefused,
-    client_tool_declare,
+    client_tools_declare,
 )
 from tools.registry import backend_tool_names
+from tools.schemas import CheckTooCostly, checked_off_loop, value_bounds_problem
 
-FRAME_MAX_CHARS = 256 * 1024
+# The largest answer a page may send (tools.schemas.VALUE_MAX_BYTES) and its envelope.
+FRAME_MAX_CHARS = 80 * 1024
 CLOSE_UNAUTHENTICATED = 4401
+# Parsing a frame holds the event loop (json.loads holds the GIL wherever it runs), so what
+# one user's sockets may send in this process is metered before parsing: a page sends a few
+# KiB a minute; a hostile one gets 128 KiB/s, a few milliseconds of parsing a second.
+INBOUND_BURST_BYTES = 512 * 1024
+INBOUND_BYTES_PER_SECOND = 128 * 1024
+# A page registers once per bind (load, reconnect, session switch): a burst of 5, then one
+# every 2 s, is far above what a person causes and caps what a hostile page can make us check.
+REGISTRATIONS_BURST = 5
+REGISTRATIONS_PER_SECOND = 0.5
+REGISTRATION_BUDGET_SECONDS = 0.5
+
+# user id → the inbound bucket shared by that user's sockets in this process
+_inbound: "weakref.WeakValueDictionary[int, TokenBucket]" = weakref.WeakValueDictionary()
+
+
+def _inbound_bucket(user_id: int) -> TokenBucket:
+    bucket = _inbound.get(user_id)
+    if bucket is None:
+        bucket = TokenBucket(burst=INBOUND_BURST_BYTES, rate=INBOUND_BYTES_PER_SECOND)
+        _inbound[user_id] = bucket
+    return bucket
+
+
+async def _bounds_problem(value: object) -> str | None:
+    try:
+        return await checked_off_loop(value_bounds_problem, value)
+    except CheckTooCostly:
+        return "the answer could not be measured in time"
 
 
 @database_sync_to_async
@@ -59,8 +90,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.tools: list[ClientTool] = []
         # correlation id → the engine's reply channel, for calls the page has not answered
         self.calls: dict[str, str] = {}
+        self.registrations = TokenBucket(burst=REGISTRATIONS_BURST, rate=REGISTRATIONS_PER_SECOND)
         user = self.scope.get("user")
         self.authenticated = bool(user is not None and user.is_authenticated)
+        if self.authenticated:
+            self.inbound = _inbound_bucket(user.pk)
         # Accept, then close with a code the page can read (a refused handshake has none).
         await self.accept()
         if not self.authenticated:
@@ -91,10 +125,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return await self.error(400, "frames must be JSON text")
         if len(text_data) > FRAME_MAX_CHARS:
             return await self.error(413, f"a frame may not exceed {FRAME_MAX_CHARS // 1024} KiB")
+        if not self.inbound.take(len(text_data)):
+            return await self.error(429, "too much data from this user's sockets; slow down")
         try:
             frame = json.loads(text_data)
         except ValueError:
             return await self.error(400, "the frame is not valid JSON")
+        except RecursionError:
+            return await self.error(400, "the frame nests too deeply")
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
             return await self.error(400, "a frame must be a JSON object with a string type")
         handler = self.handlers.get(frame["type"])
@@ -137,23 +175,31 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return await self.error(
                 400, f"a socket may register at most {TOOLS_PER_SOCKET_MAX} tools"
             )
-        backend_names = backend_tool_names()
-        tools: dict[str, ClientTool] = {}
-        for index, raw in enumerate(declared):
-            try:
-                tool = client_tool_declare(raw, backend_names=backend_names)
-                if tool.name in tools:
-                    raise ClientToolRefused(name=tool.name, reason="the name is declared twice")
-            except ClientToolRefused as exc:
-                name = exc.name or f"tools[{index}]"
-                await self.error(400, f"{name}: {exc.reason}", tool=name)
-                continue
-            tools[tool.name] = tool
-        self.tools = list(tools.values())
+        if not self.registrations.take():
+            wait = self.registrations.wait_seconds()
+            return await self.error(
+                429, f"too many registrations on this socket; try again in {wait:.1f} s"
+            )
+        try:
+            checked = await checked_off_loop(
+                client_tools_declare,
+                declared,
+                backend_names=backend_tool_names(),
+                budget=REGISTRATION_BUDGET_SECONDS,
+            )
+        except CheckTooCostly:
+            return await self.error(
+                400,
+                f"the declarations could not be checked within {REGISTRATION_BUDGET_SECONDS:g} s; "
+                "nothing was registered",
+            )
+        for refused in checked.refused:
+            await self.error(400, f"{refused.name}: {refused.reason}", tool=refused.name)
+        self.tools = checked.tools
         await _register(
             channel_name=self.channel_name, session_id=self.session_id, tools=self.tools
         )
-        await self.send_json(wire.client_tool_registered_frame(list(tools)))
+        await self.send_json(wire.client_tool_registered_frame([t.name for t in self.tools]))
 
     async def client_tool_result(self, frame: dict) -> None:
         result = wire.client_tool_result_parse(frame)
@@ -163,10 +209,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return await self.error(
                 404, "unknown correlation id", correlation_id=correlation_id[:64]
             )
-        await self.channel_layer.send(
-            reply_to,
-            wire.client_tool_answer_message(result, error_max_chars=CLIENT_ERROR_MAX_CHARS),
-        )
+        answer = wire.client_tool_answer_message(result, error_max_chars=CLIENT_ERROR_MAX_CHARS)
+        if "result" in answer:
+            # Bounded before it is copied onto the channel layer; the engine checks the schema.
+            problem = await _bounds_problem(answer["result"])
+            if problem:
+                await self.error(413, problem, correlation_id=correlation_id[:64])
+                answer = wire.client_tool_failure_message(
+                    correlation_id=correlation_id,
+                    failure=f"The client's answer was refused: {problem}.",
+                )
+        await self.channel_layer.send(reply_to, answer)
 
     handlers = {
         wire.SESSION_BIND: session_bind,

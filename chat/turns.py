@@ -206,6 +206,10 @@ def _prepare_sync(*, session_id: Any, user: Any, request: TurnRequest) -> Prepar
 
 
 async def turn_prepare(*, session_id: Any, user: Any, request: TurnRequest) -> PreparedTurn:
+    if isinstance(request, DecisionAnswer):
+        await approvals.decision_answer_check(
+            session_id=session_id, tool_call_id=request.tool_call_id, result=request.result
+        )
     return await in_thread(_prepare_sync)(session_id=session_id, user=user, request=request)
 
 
@@ -469,7 +473,7 @@ class TurnRunner:
         tool: BackendTool,
         arguments: dict[str, Any],
     ) -> CallOutcome:
-        invalid = tool.arguments_refusal(arguments)
+        invalid = await tool.arguments_refusal(arguments)
         if invalid is not None:
             return await self._store_and_report(call, arguments, invalid)
         shortfall = await in_thread(approvals.credits_shortfall)(user=self.prepared.user, tool=tool)
@@ -521,7 +525,7 @@ class TurnRunner:
                     f"{tool.name} was already answered {answered} times in this turn. Stop calling it and answer with what you have."
                 ),
             )
-        problem = tool.arguments_problem(arguments)
+        problem = await tool.arguments_problem(arguments)
         if problem:
             return await self._store_and_report(
                 call,
@@ -616,7 +620,7 @@ class TurnRunner:
             arguments = arguments_decode(call.arguments)
         except ValueError as exc:
             return refusal(str(exc))
-        invalid = tool.arguments_refusal(arguments)
+        invalid = await tool.arguments_refusal(arguments)
         if invalid is not None:
             return invalid
         return await backend_tool_run(tool=tool, arguments=arguments, context=self._tool_context())

@@ -16,7 +16,7 @@ import logging
 import re
 import uuid
 import weakref
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from channels.layers import get_channel_layer
@@ -31,7 +31,13 @@ from geosense.wire import (
     client_tool_invoke_message,
 )
 from tools.registry import openai_function_spec
-from tools.schemas import SchemaRefused, schema_check, validation_error
+from tools.schemas import (
+    SCHEMA_MAX_DEPTH,
+    SchemaRefused,
+    json_depth_exceeds,
+    schema_check,
+    validation_problem,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -85,9 +91,10 @@ class ClientTool:
             name=self.name, description=self.description, parameters=self.arguments
         )
 
-    def arguments_problem(self, arguments: dict) -> str | None:
-        """Why the model's arguments do not match the declaration, or None."""
-        return validation_error(schema=self.arguments, value=arguments)
+    async def arguments_problem(self, arguments: dict) -> str | None:
+        """Why the model's arguments do not match the declaration, or None (checked in the
+        schema worker: the schema is the browser's, the arguments the model's)."""
+        return await validation_problem(schema=self.arguments, value=arguments)
 
 
 class ClientToolRefused(ValueError):
@@ -113,6 +120,8 @@ def client_tool_declare(raw: object, *, backend_names: Collection[str]) -> Clien
     def refuse(reason: str) -> ClientToolRefused:
         return ClientToolRefused(name=label, reason=reason)
 
+    if json_depth_exceeds(raw, SCHEMA_MAX_DEPTH + 1):
+        raise refuse(f"the declaration nests deeper than {SCHEMA_MAX_DEPTH} levels")
     if len(json.dumps(raw, separators=(",", ":"))) > DECLARATION_MAX_BYTES:
         raise refuse(f"the declaration is larger than {DECLARATION_MAX_BYTES // 1024} KiB")
     unknown = sorted(set(raw) - DECLARATION_FIELDS)
@@ -135,7 +144,7 @@ def client_tool_declare(raw: object, *, backend_names: Collection[str]) -> Clien
         raise refuse("serve must be true or false")
     arguments = raw.get("arguments")
     try:
-        schema_check(arguments, what="arguments")
+        schema_check(arguments, what="arguments", client=True)
         if arguments.get("type") != "object":
             raise SchemaRefused('arguments must describe an object ("type": "object")')
         result = raw.get("result")
@@ -147,7 +156,7 @@ def client_tool_declare(raw: object, *, backend_names: Collection[str]) -> Clien
         else:
             if result is None:
                 raise SchemaRefused("a blocking tool needs a result schema")
-            schema_check(result, what="result")
+            schema_check(result, what="result", client=True)
     except SchemaRefused as exc:
         raise refuse(str(exc)) from None
     return ClientTool(
@@ -158,6 +167,34 @@ def client_tool_declare(raw: object, *, backend_names: Collection[str]) -> Clien
         result=dict(result) if result is not None else None,
         serve=serve if kind == "blocking" else False,
     )
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What one `client-tool-register` frame declared: the tools kept and the ones refused."""
+
+    tools: list[ClientTool]
+    refused: list[ClientToolRefused]
+
+
+def client_tools_declare(declared: Sequence[object], *, backend_names: Collection[str]) -> Declared:
+    """Validate a frame's declarations (the tools keep their order; a repeated name is refused).
+
+    Costly: run it through `tools.schemas.checked_off_loop`, never on the event loop.
+    `ClientToolRefused.name` is the tool's name, or `tools[i]` when it has none.
+    """
+    tools: dict[str, ClientTool] = {}
+    refused: list[ClientToolRefused] = []
+    for index, raw in enumerate(declared):
+        try:
+            tool = client_tool_declare(raw, backend_names=backend_names)
+            if tool.name in tools:
+                raise ClientToolRefused(name=tool.name, reason="the name is declared twice")
+        except ClientToolRefused as exc:
+            refused.append(ClientToolRefused(name=exc.name or f"tools[{index}]", reason=exc.reason))
+            continue
+        tools[tool.name] = tool
+    return Declared(tools=list(tools.values()), refused=refused)
 
 
 @dataclass(frozen=True)
@@ -238,7 +275,7 @@ def _forget_later(layer, channel_name: str, correlation_id: str) -> None:
     task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
-def _answer_read(tool: ClientTool, message: ClientToolAnswerMessage) -> ClientAnswer:
+async def _answer_read(tool: ClientTool, message: ClientToolAnswerMessage) -> ClientAnswer:
     failure = message.get("failure")
     if isinstance(failure, str):
         return ClientAnswer(ok=False, result=None, error=failure)
@@ -252,7 +289,7 @@ def _answer_read(tool: ClientTool, message: ClientToolAnswerMessage) -> ClientAn
             ok=False, result=None, error="The client's answer was not a JSON object."
         )
     if tool.result is not None:
-        problem = validation_error(schema=tool.result, value=result)
+        problem = await validation_problem(schema=tool.result, value=result)
         if problem:
             return ClientAnswer(
                 ok=False,
@@ -297,7 +334,7 @@ async def client_tool_request(
         async with asyncio.timeout(timeout):
             message = await waiter
         answered = True
-        return _answer_read(tool, message)
+        return await _answer_read(tool, message)
     except TimeoutError:
         return ClientAnswer(
             ok=False, result=None, error=f"No answer from the client within {timeout:g} seconds."

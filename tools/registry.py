@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
 
-from .schemas import schema_check, validation_error
+from .schemas import schema_check, validation_problem
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +66,10 @@ class BackendTool:
             name=self.name, description=self.description, parameters=dict(self.arguments)
         )
 
-    def arguments_refusal(self, arguments: dict[str, Any]) -> "ToolRun | None":
-        """The refusal the model reads when its arguments do not match, else None."""
-        problem = validation_error(schema=self.arguments, value=arguments)
+    async def arguments_refusal(self, arguments: dict[str, Any]) -> "ToolRun | None":
+        """The refusal the model reads when its arguments do not match, else None (checked
+        in the schema worker: the arguments are the model's)."""
+        problem = await validation_problem(schema=self.arguments, value=arguments)
         if problem:
             return refusal(
                 f"Invalid arguments for {self.name}: {problem}. Fix them and call again."

@@ -1,66 +1,341 @@
-"""JSON Schema checks shared by backend tools, client tools and their results."""
+"""JSON Schema checks shared by backend tools, client tools and their results.
 
+A browser declares the schemas of its client tools and answers against them, so a hostile
+page picks a schema that is slow to check and a value that is slow against it. The cost of
+every check here is bounded, and none runs on the event loop:
+
+- Admission (`schema_check(..., client=True)`): a client schema may not use the keywords
+  whose cost is not linear in the value (`pattern`/`patternProperties`, `uniqueItems` over
+  items that are not declared scalar, `$ref`/`$dynamicRef` (reference cycles, retrieval),
+  `unevaluatedItems`/`unevaluatedProperties` (they re-validate subschemas), `$schema` below
+  the root (it would switch to a validator without these bounds)), nor nest deeper than
+  `SCHEMA_MAX_DEPTH`.
+- Caps before validating: a value larger than `VALUE_MAX_BYTES` or deeper than
+  `VALUE_MAX_DEPTH` is refused without being validated.
+- A deadline in CPU time: every keyword of a validation first checks the thread's deadline
+  (exceeding it raises `CheckTooCostly`), and hands the GIL over every half millisecond, so a
+  long check never holds the event loop's thread off for more than a moment.
+- Off the loop: `checked_off_loop` runs a check in a small thread pool of its own (never the
+  thread that runs sync ORM code) with that deadline; `validation_problem` is the async
+  validation every caller uses.
+- `uniqueItems` is checked in linear time (hashing a canonical form), not pair by pair.
+- One compiled validator per distinct schema, cached.
+"""
+
+import asyncio
+import functools
 import json
-from collections.abc import Mapping
-from typing import Any
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
+from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema_specifications import REGISTRY
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 
 FORBIDDEN_SCHEMA_KEYS = frozenset({"pattern", "patternProperties"})
+# Keywords a client schema may not use at all: their cost is not bounded by the value's size.
+COSTLY_CLIENT_KEYS = frozenset(
+    {"$ref", "$dynamicRef", "$recursiveRef", "unevaluatedItems", "unevaluatedProperties"}
+)
+SCALAR_TYPES = frozenset({"string", "number", "integer", "boolean", "null"})
+
+SCHEMA_MAX_DEPTH = 32  # JSON nesting of a declared schema (about 15 levels of subschemas)
+VALUE_MAX_DEPTH = 32
+VALUE_MAX_BYTES = 64 * 1024
+CHECK_BUDGET_SECONDS = 0.25
+YIELD_SECONDS = 0.0005  # CPU time between two GIL hand-overs to the event loop's thread
+
+T = TypeVar("T")
 
 
 class SchemaRefused(ValueError):
     """A declared schema is not acceptable; the message says why, for the declarer."""
 
 
-def _forbidden_key_path(node: Any, path: str = "") -> str | None:
+class CheckTooCostly(Exception):
+    """A check ran past its time budget and was abandoned."""
+
+
+# --- the deadline ----------------------------------------------------------------------------
+
+_local = threading.local()
+
+
+def _tick() -> None:
+    """Called before every keyword (and node walked): enforce the deadline, and hand the GIL
+    to the event loop's thread every `YIELD_SECONDS`, which otherwise waits for it up to the
+    interpreter's 5 ms switch interval each time it wakes."""
+    deadline = getattr(_local, "deadline", None)
+    if deadline is None:
+        return
+    now = time.thread_time()
+    if now - _local.yielded > YIELD_SECONDS:
+        time.sleep(0)
+        _local.yielded = now
+    if now > deadline:
+        raise CheckTooCostly
+
+
+def _with_deadline(budget: float, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Run `fn` with a deadline `budget` seconds away (a deadline already set stays)."""
+    outer = getattr(_local, "deadline", None)
+    if outer is None:
+        # CPU time of this thread: the budget measures the check's own work, not how busy
+        # the machine is or how long the thread waited for the GIL.
+        _local.started = time.thread_time()
+        _local.deadline = _local.started + budget
+        _local.yielded = _local.started
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _local.deadline = outer
+
+
+_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="schema-check")
+
+
+async def checked_off_loop(
+    fn: Callable[..., T], /, *args: Any, budget: float = CHECK_BUDGET_SECONDS, **kwargs: Any
+) -> T:
+    """Run a check in the schema worker threads with a deadline of `budget` seconds.
+
+    Raises `CheckTooCostly` when the deadline passes; a cancelled caller leaves the check to
+    end at its deadline at the latest.
+    """
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(
+        _pool, functools.partial(_with_deadline, budget, fn, *args, **kwargs)
+    )
+
+
+# --- a validator whose every keyword is bounded ----------------------------------------------
+
+
+def _budgeted(keyword: Callable) -> Callable:
+    @functools.wraps(keyword)
+    def check(validator, value, instance, schema):
+        _tick()
+        return keyword(validator, value, instance, schema)
+
+    return check
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable form with JSON equality: 1 == 1.0, true != 1, objects ignore key order."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    if isinstance(value, str):
+        return ("string", value)
+    _tick()
+    if isinstance(value, list):
+        return ("array", tuple(_canonical(item) for item in value))
+    if isinstance(value, dict):
+        return ("object", frozenset((key, _canonical(item)) for key, item in value.items()))
+    return ("other", repr(value))
+
+
+def _unique_items(validator, unique, instance, schema):
+    _tick()
+    if unique and validator.is_type(instance, "array"):
+        keys = [_canonical(item) for item in instance]
+        if len(set(keys)) != len(keys):
+            yield ValidationError("has non-unique elements")
+
+
+BoundedValidator = validators.extend(
+    Draft202012Validator,
+    {
+        **{name: _budgeted(fn) for name, fn in Draft202012Validator.VALIDATORS.items()},
+        "uniqueItems": _unique_items,
+    },
+)
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(canonical_schema: str) -> Any:
+    return BoundedValidator(json.loads(canonical_schema))
+
+
+def schema_validator(schema: Mapping[str, Any]) -> Any:
+    """The compiled validator of `schema`, one per distinct schema (cached by its text)."""
+    return _compiled(json.dumps(schema, sort_keys=True, separators=(",", ":")))
+
+
+# --- admission of declared schemas -----------------------------------------------------------
+
+
+def json_depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether `value` nests deeper than `limit` (iterative: any depth is safe to ask about)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        _tick()
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _declares_scalars(items: Any) -> bool:
+    if not isinstance(items, Mapping):
+        return False
+    if "enum" in items or "const" in items:
+        return True
+    kind = items.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    return bool(kinds) and all(k in SCALAR_TYPES for k in kinds)
+
+
+def _refused_key_path(node: Any, *, client: bool, path: str = "") -> tuple[str, str] | None:
+    """The first (path, reason) of a keyword the schema may not use, or None."""
+    _tick()
     if isinstance(node, Mapping):
+        if client and path and "$schema" in node:
+            # jsonschema would check that subschema with a validator of its own choosing.
+            return f"{path}/$schema", "$schema is allowed only at the root"
+        if client and node.get("uniqueItems") is True and not _declares_scalars(node.get("items")):
+            return (
+                f"{path}/uniqueItems",
+                "uniqueItems is allowed only when items declares a scalar type",
+            )
         for key, value in node.items():
             here = f"{path}/{key}"
             if key in FORBIDDEN_SCHEMA_KEYS:
-                return here
-            found = _forbidden_key_path(value, here)
+                return here, "pattern and patternProperties are not allowed"
+            if client and key in COSTLY_CLIENT_KEYS:
+                return here, f"{key} is not allowed in a client tool's schema"
+            found = _refused_key_path(value, client=client, path=here)
             if found:
                 return found
     elif isinstance(node, list):
         for index, value in enumerate(node):
-            found = _forbidden_key_path(value, f"{path}/{index}")
+            found = _refused_key_path(value, client=client, path=f"{path}/{index}")
             if found:
                 return found
     return None
 
 
-def schema_check(schema: Any, *, what: str = "schema") -> None:
+def _meta_validator() -> Any:
+    """The 2020-12 meta-schema, checked by `BoundedValidator` all the way down.
+
+    jsonschema picks a subschema's validator class by its `$schema`, and every vocabulary of
+    the meta-schema names one: left as they are, the check of a declared schema would leave
+    the deadline and its GIL hand-overs behind at the first `$ref`. Without `$schema`, every
+    resource is read as 2020-12 by the registry and checked by this module's class.
+    """
+    resources = []
+    for uri in REGISTRY:
+        if "/draft/2020-12/" not in uri:
+            continue
+        contents = {k: v for k, v in REGISTRY.contents(uri).items() if k != "$schema"}
+        resources.append((uri, Resource(contents=contents, specification=DRAFT202012)))
+    meta_uri = Draft202012Validator.META_SCHEMA["$id"]
+    registry = Registry().with_resources(resources)
+    return BoundedValidator(registry.contents(meta_uri), registry=registry)
+
+
+_meta = _meta_validator()
+
+
+def schema_check(schema: Any, *, what: str = "schema", client: bool = False) -> None:
     """Refuse a schema that is not a valid JSON Schema object or uses `pattern` anywhere.
 
     `pattern`/`patternProperties` are refused at any depth (client-tools reference): regular
-    expression dialects differ between validators, so a check must live in the handler.
+    expression dialects differ between validators, so a check must live in the handler. A
+    client's schema (`client=True`) is held to the cost rules of this module's docstring.
+    Verdicts are cached by the schema's canonical text: a page registers the same tools again
+    after every reconnect.
     """
     if not isinstance(schema, Mapping):
         raise SchemaRefused(f"{what} must be a JSON Schema object")
-    found = _forbidden_key_path(schema)
+    if json_depth_exceeds(schema, SCHEMA_MAX_DEPTH):
+        raise SchemaRefused(f"{what} nests deeper than {SCHEMA_MAX_DEPTH} levels")
+    refusal = _schema_refusal(json.dumps(schema, sort_keys=True, separators=(",", ":")), client)
+    if refusal:
+        raise SchemaRefused(f"{what} {refusal}")
+
+
+@functools.lru_cache(maxsize=512)
+def _schema_refusal(canonical_schema: str, client: bool) -> str | None:
+    schema = json.loads(canonical_schema)
+    found = _refused_key_path(schema, client=client)
     if found:
-        raise SchemaRefused(
-            f"{what} uses {found.rsplit('/', 1)[-1]!r} at {found}; pattern and patternProperties are not allowed"
-        )
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise SchemaRefused(f"{what} is not a valid JSON Schema: {exc.message}") from None
+        where, reason = found
+        return f"uses {where.rsplit('/', 1)[-1]!r} at {where}; {reason}"
+    error = next(iter(_meta.iter_errors(schema)), None)
+    if error is not None:
+        return f"is not a valid JSON Schema: {_short(error.message)}"
+    return None
+
+
+# --- validating values -----------------------------------------------------------------------
 
 
 def validation_error(*, schema: Mapping[str, Any], value: Any) -> str | None:
-    """A readable sentence naming the first problems of `value`, or None when it is valid."""
-    validator = Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    """A readable sentence naming the first problems of `value`, or None when it is valid.
+
+    Bounded: the caps come first, then the caller's deadline (`checked_off_loop`) or, on a
+    thread without one, `CHECK_BUDGET_SECONDS`; a check that runs out of time refuses.
+    """
+    if getattr(_local, "deadline", None) is None:
+        return _with_deadline(CHECK_BUDGET_SECONDS, validation_error, schema=schema, value=value)
+    try:
+        return _problems(schema=schema, value=value)
+    except CheckTooCostly:
+        budget = _local.deadline - _local.started
+        return f"(root): the value could not be checked within {budget:.2g} s and is refused"
+
+
+def value_bounds_problem(value: Any) -> str | None:
+    """Why `value` is too deep or too large to check at all, or None."""
+    if json_depth_exceeds(value, VALUE_MAX_DEPTH):
+        return f"the value nests deeper than {VALUE_MAX_DEPTH} levels"
+    if len(json.dumps(value, separators=(",", ":"))) > VALUE_MAX_BYTES:
+        return f"the value is larger than {VALUE_MAX_BYTES // 1024} KiB"
+    return None
+
+
+def _problems(*, schema: Mapping[str, Any], value: Any) -> str | None:
+    too_big = value_bounds_problem(value)
+    if too_big:
+        return f"(root): {too_big}"
+    errors = []
+    for error in schema_validator(schema).iter_errors(value):
+        errors.append(error)
+        if len(errors) == 3:
+            break
     if not errors:
         return None
+    errors.sort(key=lambda e: [str(p) for p in e.absolute_path])
     parts = []
-    for error in errors[:3]:
+    for error in errors:
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-        parts.append(f"{where}: {error.message}")
+        parts.append(f"{where}: {_short(error.message)}")
     return "; ".join(parts)
+
+
+def _short(message: str, limit: int = 200) -> str:
+    return message if len(message) <= limit else message[: limit - 1] + "…"
+
+
+async def validation_problem(
+    *, schema: Mapping[str, Any], value: Any, budget: float = CHECK_BUDGET_SECONDS
+) -> str | None:
+    """`validation_error` off the event loop, within `budget` seconds: the one way callers
+    validate a value that the model or a browser sent."""
+    return await checked_off_loop(validation_error, schema=schema, value=value, budget=budget)
 
 
 def arguments_decode(raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -75,6 +350,8 @@ def arguments_decode(raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
         raise ValueError(
             f"the arguments are not valid JSON ({exc.msg} at position {exc.pos})"
         ) from None
+    except RecursionError:
+        raise ValueError("the arguments nest too deeply") from None
     if not isinstance(value, dict):
         raise ValueError("the arguments must be a JSON object")
     return value

@@ -2,6 +2,7 @@
 
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -35,12 +36,21 @@ def api_token_create(*, user: AbstractBaseUser) -> str:
     return raw
 
 
+LAST_USED_PRECISION = timedelta(minutes=1)
+
+
 def api_token_user(*, raw: str) -> AbstractBaseUser | None:
-    """The active user a raw token belongs to, or None."""
+    """The active user a raw token belongs to, or None.
+
+    `last_used` is written at most once a minute: a write per request would make every API
+    call contend for the database's write lock.
+    """
     token = ApiToken.objects.select_related("user").filter(digest=token_digest(raw)).first()
     if token is None or not token.user.is_active:
         return None
-    ApiToken.objects.filter(pk=token.pk).update(last_used=timezone.now())
+    now = timezone.now()
+    if token.last_used is None or now - token.last_used > LAST_USED_PRECISION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used=now)
     return token.user
 
 

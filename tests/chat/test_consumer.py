@@ -4,6 +4,7 @@ and client-tool calls made by the engine's side (`client_tool_request`) through 
 import asyncio
 import json
 import time
+import weakref
 from dataclasses import dataclass
 
 import pytest
@@ -21,6 +22,7 @@ from geosense import wire
 from geosense.accounts.services import api_token_create
 from geosense.asgi import application
 from tests.client_tools import FOCUS, LOCATION
+from tests.security.attacks import heavy_declaration
 from tools.client import client_tool_request
 
 
@@ -32,9 +34,11 @@ class Person:
 
 
 @pytest.fixture(autouse=True)
-def fresh_layer():
-    """An empty in-memory layer per test."""
+def fresh_layer(monkeypatch):
+    """An empty in-memory layer per test, and full inbound budgets (user ids repeat from test
+    to test)."""
     async_to_sync(get_channel_layer().flush)()
+    monkeypatch.setattr("chat.consumers._inbound", weakref.WeakValueDictionary())
 
 
 def person(name: str) -> Person:
@@ -272,7 +276,8 @@ async def test_a_refused_rebind_keeps_the_current_binding(alice, bob):
             400,
             "error must be a string",
         ),
-        ('{"type": "x", "pad": "' + "a" * 300_000 + '"}', 413, "a frame may not exceed 256 KiB"),
+        ('{"type": "x", "pad": "' + "a" * 100_000 + '"}', 413, "a frame may not exceed 80 KiB"),
+        ("[" * 20_000 + "]" * 20_000, 400, "the frame nests too deeply"),
     ],
 )
 async def test_an_invalid_frame_answers_an_error_and_the_socket_stays_usable(
@@ -440,6 +445,51 @@ async def test_more_than_32_tools_are_refused_whole(alice):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
+async def test_registrations_beyond_a_burst_of_five_are_refused_with_429(alice):
+    ws = await bound(alice)
+    for _ in range(5):
+        await ws.send_json_to({"type": "client-tool-register", "tools": [FOCUS]})
+        assert (await ws.receive_json_from())["type"] == "client-tool-registered"
+    await ws.send_json_to({"type": "client-tool-register", "tools": [LOCATION]})
+    refusal = await ws.receive_json_from()
+    assert refusal["status"] == 429
+    assert refusal["error"].startswith("too many registrations on this socket; try again in")
+    assert list((await toolset_of(session_id=alice.session.pk)).tools) == ["map_focus"]
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_declarations_too_costly_to_check_register_nothing(alice, monkeypatch):
+    monkeypatch.setattr("chat.consumers.REGISTRATION_BUDGET_SECONDS", 0.001)
+    heavy = [heavy_declaration(f"heavy_{i}") for i in range(4)]
+    ws = await bound(alice)
+    await ws.send_json_to({"type": "client-tool-register", "tools": heavy})
+    assert await ws.receive_json_from() == {
+        "type": "error",
+        "status": 400,
+        "error": "the declarations could not be checked within 0.001 s; nothing was registered",
+    }
+    assert await toolset_of(session_id=alice.session.pk) is None
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_user_sending_more_than_the_inbound_budget_is_slowed_down(alice):
+    ws = await connected(alice)
+    pad = json.dumps({"type": "noise", "pad": "x" * 70_000})
+    statuses = []
+    for _ in range(9):  # nine of 70 KiB: over the 512 KiB burst
+        await ws.send_to(text_data=pad)
+        statuses.append((await ws.receive_json_from())["status"])
+    assert statuses[:7] == [400] * 7  # parsed: an unknown frame type
+    assert statuses[-1] == 429
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
 async def test_registrations_belong_to_the_socket_and_come_back_after_a_reconnect(alice):
     ws = await registered(alice, [LOCATION, FOCUS])
     toolset = await toolset_of(session_id=alice.session.pk)
@@ -535,6 +585,24 @@ async def test_an_error_answer_becomes_a_readable_refusal(alice):
     answer = await call
     assert not answer.ok
     assert answer.error == "The client refused: The user chose not to share."
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_result_too_large_to_check_is_refused_before_it_reaches_the_engine(alice):
+    ws = await registered(alice, [LOCATION])
+    call = asyncio.create_task(request(alice.session, "location_get", {}))
+    frame = await invoked(ws)
+    result = {"status": "GRANTED", "pad": "x" * 70_000}
+    await ws.send_json_to(
+        {"type": "client-tool-result", "correlationId": frame["correlationId"], "result": result}
+    )
+    refusal = await ws.receive_json_from()
+    assert (refusal["status"], refusal["error"]) == (413, "the value is larger than 64 KiB")
+    answer = await call
+    assert not answer.ok
+    assert answer.error == "The client's answer was refused: the value is larger than 64 KiB."
     await ws.disconnect()
 
 

@@ -1,0 +1,150 @@
+"""Schema checks: what a client schema may use, and what any check may cost."""
+
+import asyncio
+import copy
+import threading
+import time
+
+import pytest
+
+from tests.security.attacks import COSTLY_RESULTS
+from tools.schemas import (
+    CHECK_BUDGET_SECONDS,
+    SchemaRefused,
+    schema_check,
+    schema_validator,
+    validation_error,
+    validation_problem,
+)
+
+
+def _array_of(items: dict | None = None, **keywords) -> dict:
+    array = {"type": "array", **keywords}
+    if items is not None:
+        array["items"] = items
+    return {"type": "object", "properties": {"v": array}}
+
+
+@pytest.mark.parametrize(
+    ("schema", "refusal"),
+    [
+        (_array_of(uniqueItems=True), "uniqueItems is allowed only when items declares a scalar"),
+        (_array_of({"type": "object"}, uniqueItems=True), "uniqueItems is allowed only"),
+        (_array_of({"type": ["string", "array"]}, uniqueItems=True), "uniqueItems is allowed"),
+        (
+            {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+            "$ref is not allowed in a client tool's schema",
+        ),
+        ({"anyOf": [{"$dynamicRef": "#x"}]}, "$dynamicRef is not allowed"),
+        ({"type": "object", "unevaluatedProperties": False}, "unevaluatedProperties is not"),
+        (_array_of(unevaluatedItems=False), "unevaluatedItems is not allowed"),
+        (
+            {"properties": {"a": {"$schema": "http://json-schema.org/draft-07/schema#"}}},
+            "$schema is allowed only at the root",
+        ),
+        ({"properties": {"a": {"pattern": "a+"}}}, "pattern and patternProperties"),
+        ({"allOf": [{"type": "x"}]}, "not a valid JSON Schema"),
+    ],
+)
+def test_a_client_schema_with_a_costly_keyword_is_refused(schema, refusal):
+    with pytest.raises(SchemaRefused) as refused:
+        schema_check(schema, what="result", client=True)
+    assert refusal in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        _array_of({"type": "string"}, uniqueItems=True),
+        _array_of({"type": ["integer", "null"]}, uniqueItems=True),
+        _array_of({"enum": [1, 2, 3]}, uniqueItems=True),
+        _array_of(uniqueItems=False),
+        {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"},
+    ],
+)
+def test_a_client_schema_without_costly_keywords_is_admitted(schema):
+    schema_check(schema, what="result", client=True)
+
+
+def test_a_schema_nested_deeper_than_32_levels_is_refused_whatever_its_depth():
+    schema: dict = {"type": "object"}
+    for _ in range(5000):
+        schema = {"not": schema}
+    with pytest.raises(SchemaRefused, match="nests deeper than 32 levels"):
+        schema_check(schema, client=True)
+
+
+@pytest.mark.parametrize(
+    ("value", "unique"),
+    [
+        ([1, 2, 3], True),
+        ([1, 1.0], False),
+        ([1, True], True),
+        ([0, False, None], True),
+        ([{"a": 1, "b": 2}, {"b": 2, "a": 1}], False),
+        ([[1, {"a": [2]}], [1, {"a": [2.0]}]], False),
+        ([[1, 2], [2, 1]], True),
+        (["a", "a"], False),
+    ],
+)
+def test_unique_items_follows_json_equality(value, unique):
+    schema = {"type": "array", "uniqueItems": True}
+    assert (validation_error(schema=schema, value=value) is None) == unique
+
+
+def test_a_value_too_deep_or_too_large_is_refused_without_being_checked():
+    deep: list = []
+    for _ in range(40):
+        deep = [deep]
+    assert "nests deeper than 32 levels" in validation_error(schema={}, value={"v": deep})
+    large = {"v": "x" * 70_000}
+    assert "larger than 64 KiB" in validation_error(schema={}, value=large)
+
+
+@pytest.mark.parametrize("costly", COSTLY_RESULTS, ids=lambda c: c.name)
+def test_the_costliest_answers_are_decided_within_the_budget(costly):
+    started = time.monotonic()
+    validation_error(schema=costly.schema, value=costly.value)
+    assert time.monotonic() - started < CHECK_BUDGET_SECONDS + 0.5
+
+
+def test_a_check_that_runs_out_of_time_refuses_with_a_sentence():
+    costly = COSTLY_RESULTS[-1]  # the wide anyOf matched by its last branch
+    problem = validation_error(schema=costly.schema, value=costly.value)
+    assert problem == "(root): the value could not be checked within 0.25 s and is refused"
+
+
+@pytest.mark.asyncio
+async def test_validation_runs_off_the_event_loop_which_keeps_running():
+    costly = COSTLY_RESULTS[-1]
+    beats = 0
+
+    async def heartbeat():
+        nonlocal beats
+        while True:
+            await asyncio.sleep(0.005)
+            beats += 1
+
+    beating = asyncio.create_task(heartbeat())
+    problem = await validation_problem(schema=costly.schema, value=costly.value)
+    beating.cancel()
+    assert "could not be checked" in problem
+    # 0.25 s of checking; a blocked loop would have beaten at most once.
+    assert beats >= 10
+
+
+def test_one_compiled_validator_serves_every_copy_of_a_schema():
+    schema = _array_of({"type": "string"}, uniqueItems=True)
+    assert schema_validator(schema) is schema_validator(copy.deepcopy(schema))
+
+
+def test_checks_run_in_the_schema_worker_threads():
+    seen: list[str] = []
+
+    async def check():
+        from tools.schemas import checked_off_loop
+
+        await checked_off_loop(lambda: seen.append(threading.current_thread().name))
+
+    asyncio.run(check())
+    assert seen[0].startswith("schema-check")
