@@ -1,16 +1,12 @@
-"""Rate limits: how often one socket or one user may do a costly thing.
+"""Rate limits: how often (or how much) one socket or one user may do a costly thing.
 
-`TokenBucket` lives in one process's memory: right for a socket, which belongs to one
-process. Limits that must hold across processes (per user, per address) use `cache_allow`,
-which counts in Django's cache: the local memory cache by default, a shared cache (Redis) in a
-deployment of several processes (docs/security.md).
+`TokenBucket` lives in one process's memory: right for what a socket does, since a socket
+belongs to one process.
 """
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-from django.core.cache import cache
 
 
 @dataclass
@@ -40,20 +36,3 @@ class TokenBucket:
     def wait_seconds(self, cost: float = 1) -> float:
         """How long until `cost` can be spent."""
         return max(0.0, (cost - self.tokens) / self.rate)
-
-
-def cache_allow(key: str, *, limit: int, window_seconds: int) -> bool:
-    """Count one action under `key`; False once `limit` actions fell in the current window.
-
-    A fixed window (the counter expires with it): simple, shared through the cache, and at
-    most twice `limit` across a window boundary.
-    """
-    bucket = f"throttle:{key}:{int(time.time() // window_seconds)}"
-    if cache.add(bucket, 1, timeout=window_seconds + 1):
-        return True
-    try:
-        count = cache.incr(bucket)
-    except ValueError:  # expired between add and incr
-        cache.add(bucket, 1, timeout=window_seconds + 1)
-        return True
-    return count <= limit
