@@ -111,6 +111,7 @@ def django_ready(database: Path, redis_url: str | None) -> tuple[str, str]:
         SECRET_KEY="bench",
         DATABASE_URL=f"sqlite:///{database}",
         LOG_LEVEL="ERROR",
+        GEOSENSE_ENV_FILE="",  # measured on the defaults, not on a local .env
     )
     os.environ.pop("REDIS_URL", None)
     if redis_url:

@@ -52,6 +52,10 @@ def cold_run(ref: str, cache: Path, log: Path) -> float:
             return time.perf_counter() - started
         finally:
             run.stop()
+            # When each line of make's output appeared: where the time goes.
+            log.with_suffix(".timeline").write_text(
+                "".join(f"{seconds:7.2f}  {line}\n" for seconds, line in run.timeline)
+            )
 
 
 def main() -> None:
@@ -74,7 +78,7 @@ def main() -> None:
             print(f"run {run + 1} {ref}: {seconds:.1f} s", flush=True)
             if args.cache == "empty":
                 shutil.rmtree(cache, ignore_errors=True)
-    print(f"\n{args.runs} runs, package caches {args.cache}, medians (logs in {scratch}):")
+    print(f"\n{args.runs} runs, package caches {args.cache}, medians (logs, timelines: {scratch}):")
     for ref, values in times.items():
         print(
             f"  {ref}: {statistics.median(values):.1f} s  ({', '.join(f'{v:.1f}' for v in values)})"

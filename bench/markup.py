@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "geosense.settings")
 os.environ.setdefault("DEBUG", "1")  # a bench needs no production SECRET_KEY
+os.environ["GEOSENSE_ENV_FILE"] = ""  # measured on the defaults, not on a local .env
 
 import django
 

@@ -18,6 +18,7 @@ def seeded_demo(annotations: int) -> tuple[int, float]:
     workdir = tempfile.mkdtemp(prefix="geosense-bench-")
     os.environ["DATABASE_URL"] = f"sqlite:///{workdir}/bench.sqlite3"
     os.environ.setdefault("DEBUG", "1")
+    os.environ["GEOSENSE_ENV_FILE"] = ""  # measured on the defaults, not on a local .env
     os.environ["DJANGO_SETTINGS_MODULE"] = "geosense.settings"
     import django
 

@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parents[2]
@@ -77,10 +77,14 @@ class MakeRun:
     process: subprocess.Popen
     port: int
     log: Path
+    started: float = 0.0
+    # (seconds since the start, line) for each line of output, as `wait_served` saw it come.
+    timeline: list[tuple[float, str]] = field(default_factory=list)
 
     @classmethod
     def start(cls, folder: Path, log: Path, env: dict[str, str] | None = None) -> MakeRun:
         port = free_port()
+        started = time.monotonic()
         with log.open("wb") as out:
             process = subprocess.Popen(
                 ["make", "run", f"PORT={port}"],
@@ -91,7 +95,7 @@ class MakeRun:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        return cls(process, port, log)
+        return cls(process, port, log, started)
 
     @property
     def url(self) -> str:
@@ -104,16 +108,23 @@ class MakeRun:
         """Return once the login page answers 200; raise if `make run` stops or times out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            self._read_timeline()
             if self.process.poll() is not None:
                 raise RuntimeError(f"make run exited {self.process.returncode}:\n{self.output()}")
             try:
                 with urllib.request.urlopen(self.url + "accounts/login/", timeout=2) as page:
                     if page.status == 200:
+                        self._read_timeline()
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"make run served nothing in {timeout:.0f} s:\n{self.output()}")
+
+    def _read_timeline(self) -> None:
+        lines = self.output().splitlines()
+        now = time.monotonic() - self.started
+        self.timeline.extend((now, line) for line in lines[len(self.timeline) :])
 
     def stop(self) -> None:
         if self.process.poll() is None:
