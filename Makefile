@@ -56,13 +56,22 @@ demo-reset: $(VENV)/.installed ## restore the demo annotations, demo's password 
 clean: ## remove .venv and the caches (keeps .env and db.sqlite3)
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis geosense.egg-info
 
+# The venv gets no pip of its own (ensurepip takes seconds): uv installs everything else.
 $(BIN)/python:
 	@python=$$(scripts/find-python $(or $(PYTHON),$(PYTHON_CANDIDATES))) || exit 1; \
 	echo "Creating $(VENV) with $$python"; \
-	"$$python" -m venv $(VENV)
+	"$$python" -m venv --without-pip $(VENV)
 
+# uv into the venv with the interpreter's own pip (`pip --python`), or, where it has none or
+# too old a one, with a pip the venv gets from ensurepip.
 $(UV): | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	@echo "Installing uv $(UV_VERSION) into $(VENV)"
+	@base=$$($(BIN)/python -c 'import sys; print(sys._base_executable)'); \
+	"$$base" -m pip --python $(BIN)/python install $(PIP_QUIET) uv==$(UV_VERSION) 2>/dev/null \
+	|| { $(BIN)/python -m ensurepip --default-pip >/dev/null \
+	     && $(BIN)/python -m pip install $(PIP_QUIET) uv==$(UV_VERSION); }
+
+PIP_QUIET := --quiet --disable-pip-version-check
 
 # The venv is synced with uv.lock whenever it or pyproject.toml changes. `--locked` stops with
 # an error when the two disagree, so a stale lock never ships: `make lock` updates it.
