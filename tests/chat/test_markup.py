@@ -295,6 +295,17 @@ def test_question_answered_in_own_words_shows_that_answer():
     assert page.one("p", "question-free-answer")["text"] == "Answered: Something else entirely"
 
 
+def test_an_open_question_offers_a_free_text_answer_and_an_answered_one_does_not():
+    open_page = render(CLARIFICATION_QUESTION)
+    field = open_page.one("input", "question-free-text")
+    assert field["attrs"]["aria-label"] == "Answer in your own words"
+    assert field["attrs"]["maxlength"] == "2000"
+    assert open_page.one("form", "question-free-form")
+    answered = render(CLARIFICATION_QUESTION, answers=answers_in_transcript([FREE_ANSWER]))
+    assert answered.find("form", "question-free-form") == []
+    assert answered.find("input", "question-free-text") == []
+
+
 def test_unanswered_question_is_not_marked_by_another_questions_answer():
     page = render(GENERIC_QUESTION, answers=answers_in_transcript([ANSWER_WITH_INDEX]))
     assert "answered" not in page.one("div", "question")["attrs"]["class"]

@@ -21,10 +21,11 @@ MARKDOWN_TAGS = {
     "h1", "h2", "h3", "h4", "h5", "h6", "hr", "strong", "em", "del", "s", "code", "pre",
     "blockquote", "ul", "ol", "li", "table", "thead", "tbody", "tr", "th", "td", "a",
 }  # fmt: skip
-ALLOWED_TAGS = {"div", "span", "button", "p", "b", "i", "br", *MARKDOWN_TAGS}
+# `form` and `input`: the free-text answer of an open question (fixed template markup).
+ALLOWED_TAGS = {"div", "span", "button", "p", "b", "i", "br", "form", "input", *MARKDOWN_TAGS}
 ALLOWED_ATTRIBUTES = {
     "class", "type", "title", "disabled", "role", "aria-pressed", "aria-busy",
-    "href", "rel", "target", "start",
+    "href", "rel", "target", "start", "aria-label", "maxlength", "placeholder",
 }  # fmt: skip
 LINK_REL = "noopener noreferrer nofollow"
 _TAG_IN_OUTPUT_RE = re.compile(r"<\s*(/?)\s*([^\s/>]*)")
@@ -56,7 +57,9 @@ def assert_inert(html: str) -> None:
             if name not in ("title",) and not name.startswith("data-"):
                 assert "javascript:" not in (value or "").lower(), (tag, name, value)
         if tag == "button":
-            assert attrs["type"] == "button"
+            assert attrs["type"] in ("button", "submit")
+        if tag == "form":
+            assert attrs == {"class": "question-free-form"}, attrs  # no action, no method
         if tag == "a":
             assert re.match(r"https?://", attrs.get("href") or "http://"), attrs
             assert attrs.get("rel") == LINK_REL and attrs.get("target") == "_blank", attrs
@@ -64,6 +67,9 @@ def assert_inert(html: str) -> None:
             raise AssertionError((tag, attrs))
         if tag == "ol":
             assert set(attrs) <= {"start"}
+    # The only submit button is the free-text answer's, one per form.
+    submits = sum(1 for tag, attrs in parser.tags if tag == "button" and attrs["type"] == "submit")
+    assert submits == sum(1 for tag, _ in parser.tags if tag == "form")
 
 
 NASTY_ARTIFACTS = {
@@ -224,7 +230,7 @@ def test_quote_breakout_stays_inside_the_data_attribute():
     )
     parser = _Attributes()
     parser.feed(html)
-    [button] = [attrs for tag, attrs in parser.tags if tag == "button"]
+    [button] = [attrs for tag, attrs in parser.tags if tag == "button" and "data-message" in attrs]
     assert button["data-message"] == '" onclick="alert(1)" x="'
     assert set(button) == {"type", "class", "data-option-index", "data-message", "data-context"}
 
