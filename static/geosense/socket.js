@@ -1,7 +1,16 @@
 // The tab's one session socket (/ws/chat/): bound to the open chat session, rebound on switch,
 // and its client tools registered again after every (re)connect, because a new socket is a new
 // consumer on the server that knows nothing of the old one. Every client-tool-invoke is
-// answered, even when the handler throws (the model then reads a readable refusal).
+// answered, even when the handler throws (the model then reads a readable refusal), unless
+// the server withdraws it first (client-tool-cancelled: its time-out passed or its turn
+// ended): then the handler's signal aborts and no answer is sent. Frames: wire.js.
+
+import {
+  SERVER_FRAMES,
+  clientToolRegisterFrame,
+  clientToolResultFrame,
+  sessionBindFrame,
+} from './wire.js';
 
 const BACKOFF_MS = [500, 1000, 2000, 4000, 8000, 15000];
 const CLOSE_UNAUTHENTICATED = 4401;
@@ -15,15 +24,25 @@ export const SOCKET_STATES = Object.freeze({
 });
 
 /**
+ * @typedef {{
+ *   declaration: import('./wire.js').ClientToolDeclaration,
+ *   serve?: (args: object, options: {signal: AbortSignal}) => Promise<object> | object,
+ * }} PageTool
+ */
+
+/**
  * @param {{
  *   url?: string,
  *   session?: string | null,
- *   tools: () => Array<{declaration: object, serve?: (args: object) => Promise<object> | object}>,
- *   onEvent?: (name: string, data: object) => void,
+ *   tools: () => PageTool[],
+ *   onEvent?: (name: import('./wire.js').EventName, data: object) => void,
  *   onState?: (state: keyof typeof SOCKET_STATES) => void,
- *   onFrameError?: (frame: object) => void,
+ *   onFrameError?: (frame: import('./wire.js').ErrorFrame) => void,
  *   onBound?: (session: string) => void,
+ *   onCancelled?: (call: {correlationId: string, name: string}) => void,
  *   WebSocket?: typeof WebSocket,
+ *   setTimeout?: typeof setTimeout,
+ *   clearTimeout?: typeof clearTimeout,
  * }} options
  */
 export function createSessionSocket({
@@ -34,13 +53,18 @@ export function createSessionSocket({
   onState = () => {},
   onFrameError = () => {},
   onBound = () => {},
+  onCancelled = () => {},
   WebSocket: Socket = globalThis.WebSocket,
+  setTimeout: later = (fn, ms) => globalThis.setTimeout(fn, ms),
+  clearTimeout: cancelLater = (id) => globalThis.clearTimeout(id),
 }) {
   let socket = null;
   let attempt = 0;
   let timer = null;
   let current = session;
   let stopped = false;
+  // Invokes the page is answering: correlation id → {name, controller}.
+  const answering = new Map();
 
   function setReady(value) {
     globalThis.geosenseSocketReady = value;
@@ -51,36 +75,49 @@ export function createSessionSocket({
   }
 
   function register() {
-    send({ type: 'client-tool-register', tools: tools().map((tool) => tool.declaration) });
+    send(clientToolRegisterFrame(tools().map((tool) => tool.declaration)));
   }
 
   async function answer(frame) {
     const tool = tools().find((t) => t.declaration.name === frame.name);
-    const reply = { type: 'client-tool-result', correlationId: frame.correlationId };
+    const controller = new AbortController();
+    answering.set(frame.correlationId, { name: frame.name, controller });
+    let reply;
     try {
       if (!tool || typeof tool.serve !== 'function') {
         throw new Error(`this page does not answer ${frame.name} by itself`);
       }
-      reply.result = await tool.serve(frame.arguments || {});
+      reply = { result: await tool.serve(frame.arguments || {}, { signal: controller.signal }) };
     } catch (error) {
-      reply.error = String(error?.message || error || 'the page failed');
+      reply = { error: String(error?.message || error || 'the page failed') };
     }
-    send(reply);
+    if (controller.signal.aborted) return; // withdrawn: the server would refuse the answer
+    answering.delete(frame.correlationId);
+    send(clientToolResultFrame(frame.correlationId, reply));
+  }
+
+  function cancelled(frame) {
+    const call = answering.get(frame.correlationId);
+    if (!call) return;
+    answering.delete(frame.correlationId);
+    call.controller.abort();
+    onCancelled({ correlationId: frame.correlationId, name: call.name });
   }
 
   const handlers = {
-    'session-bound': (frame) => {
+    [SERVER_FRAMES.sessionBound]: (frame) => {
       if (frame.session !== current) return;
       register();
       onBound(current);
     },
-    'client-tool-registered': () => {
+    [SERVER_FRAMES.clientToolRegistered]: () => {
       setReady(true);
       onState('connected');
     },
-    'client-tool-invoke': answer,
-    event: (frame) => onEvent(frame.event, frame.data || {}),
-    error: (frame) => onFrameError(frame),
+    [SERVER_FRAMES.clientToolInvoke]: answer,
+    [SERVER_FRAMES.clientToolCancelled]: cancelled,
+    [SERVER_FRAMES.event]: (frame) => onEvent(frame.event, frame.data || {}),
+    [SERVER_FRAMES.error]: (frame) => onFrameError(frame),
   };
 
   function connect() {
@@ -88,7 +125,7 @@ export function createSessionSocket({
     socket = new Socket(url);
     socket.addEventListener('open', () => {
       attempt = 0;
-      if (current) send({ type: 'session-bind', session: current });
+      if (current) send(sessionBindFrame(current));
       else onState('connected');
     });
     socket.addEventListener('message', (message) => {
@@ -103,6 +140,10 @@ export function createSessionSocket({
     socket.addEventListener('close', (event) => {
       setReady(false);
       socket = null;
+      // The server answered every call this socket held when it closed ("the client went
+      // away"); an answer sent on the next socket would be refused as unknown.
+      for (const call of answering.values()) call.controller.abort();
+      answering.clear();
       if (stopped) return;
       if (event.code === CLOSE_UNAUTHENTICATED) {
         onState('offline');
@@ -111,14 +152,14 @@ export function createSessionSocket({
       const delay = BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length - 1)];
       attempt += 1;
       onState(attempt > 3 ? 'offline' : 'reconnecting');
-      timer = setTimeout(connect, delay);
+      timer = later(connect, delay);
     });
   }
 
   connect();
   globalThis.addEventListener?.('online', () => {
     if (!socket && !stopped) {
-      clearTimeout(timer);
+      cancelLater(timer);
       connect();
     }
   });
@@ -130,17 +171,12 @@ export function createSessionSocket({
       setReady(false);
       if (socket && socket.readyState === Socket.OPEN) {
         onState('connecting');
-        send({ type: 'session-bind', session: sessionId });
+        send(sessionBindFrame(sessionId));
       }
-    },
-    /** Re-send the tool declarations (e.g. after the page's tools changed). */
-    register,
-    get session() {
-      return current;
     },
     close() {
       stopped = true;
-      clearTimeout(timer);
+      cancelLater(timer);
       socket?.close(1000);
     },
   };

@@ -325,3 +325,40 @@ def test_two_location_calls_in_one_model_step_raise_one_card_and_no_second_reque
     assert statuses == ["PENDING", "PENDING"]
     assert location_cards(page).count() == 1
     assert page.evaluate("window.geoCalls") == 0
+
+
+@pytest.fixture
+def impatient_server(daphne_server_factory):
+    """The server stops waiting for a client tool after 2 s; the page's race takes 5 s."""
+    return daphne_server_factory(env={"GEOSENSE_CLIENT_TOOL_TIMEOUT": "2"})
+
+
+def test_a_call_the_server_withdraws_is_not_answered_late(context_for, impatient_server):
+    server = impatient_server
+    _, page = chat_page(context_for, server, PROMPT_NOBODY_ANSWERS)
+    frames: dict[str, list[dict]] = {"sent": [], "received": []}
+
+    def follow(ws) -> None:
+        ws.on("framesent", lambda payload: frames["sent"].append(json.loads(payload)))
+        ws.on("framereceived", lambda payload: frames["received"].append(json.loads(payload)))
+
+    page.on("websocket", follow)
+    session_id = new_session(page)
+
+    ask(page, "where am I?")
+    (result,) = wait_for_results(server, session_id, 1, timeout=10)
+    assert result["error"] == "No answer from the client within 2 seconds."
+    expect(last_answer(page)).to_contain_text("I can't get your location")
+    (invoke,) = [f for f in frames["received"] if f["type"] == "client-tool-invoke"]
+    cancelled = [f for f in frames["received"] if f["type"] == "client-tool-cancelled"]
+    assert cancelled == [
+        {"type": "client-tool-cancelled", "correlationId": invoke["correlationId"]}
+    ]
+
+    # Past the page's own 5-second race, which would have answered PENDING (waiting through
+    # Playwright, so that the frames sent meanwhile are reported).
+    page.wait_for_timeout(4000)
+
+    results_sent = [f for f in frames["sent"] if f["type"] == "client-tool-result"]
+    assert results_sent == []
+    assert not [f for f in frames["received"] if f["type"] == "error"]
