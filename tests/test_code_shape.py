@@ -2,6 +2,7 @@
 small functions, imports that point down the layers, the wire spelled out in one place."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,16 @@ WIRE_TYPES = (
 @pytest.mark.parametrize("folder", ["chat", "tools", "geosense"])
 def test_no_python_function_is_longer_than_150_lines(folder):
     long = [f for f in python_functions(folder) if f.lines > MAX_FUNCTION_LINES]
+    assert not long, "\n".join(f"{f.path}:{f.line} {f.name} has {f.lines} lines" for f in long)
+
+
+def test_no_javascript_function_is_longer_than_150_lines():
+    long = [
+        f
+        for path in sorted((ROOT / "static" / "geosense").glob("*.js"))
+        for f in js_functions(path)
+        if f.lines > MAX_FUNCTION_LINES and (f.path, f.name) not in JS_EXCEPTIONS
+    ]
     assert not long, "\n".join(f"{f.path}:{f.line} {f.name} has {f.lines} lines" for f in long)
 
 
@@ -94,5 +105,23 @@ def test_frame_and_message_types_are_spelled_out_only_in_the_wire_module():
         for path in sorted((ROOT / folder).rglob("*.py"))
         if path != ROOT / "geosense" / "wire.py"
         for name in sorted(_python_strings(path) & set(WIRE_TYPES))
+    ]
+    assert not found, "\n".join(found)
+
+
+def _without_comments(source: str) -> str:
+    """JavaScript without its comments (which may name a frame), roughly: enough here."""
+    source = re.sub(r"/\*.*?\*/", "", source, flags=re.S)
+    return re.sub(r"(?m)(^|\s)//[^\n]*", r"\1", source)
+
+
+def test_the_pages_frames_are_spelled_out_only_in_wire_js():
+    names = "|".join(re.escape(t) for t in WIRE_TYPES)
+    quoted = re.compile(rf"""['"`]({names})['"`]""")
+    found = [
+        f"{path.relative_to(ROOT)}: {match[1]!r}"
+        for path in sorted((ROOT / "static" / "geosense").glob("*.js"))
+        if path.name != "wire.js"
+        for match in quoted.finditer(_without_comments(path.read_text()))
     ]
     assert not found, "\n".join(found)

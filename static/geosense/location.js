@@ -2,6 +2,8 @@
 // as an error. The browser's permission state is the only memory (no cache here): a second call
 // after PENDING reads it again, so a grant given in the meantime answers GRANTED without a card.
 
+import { clientToolDeclaration } from './wire.js';
+
 /** How long one location_get call waits before answering PENDING (the server waits 30 s). */
 export const LOCATION_RACE_MS = 5000;
 
@@ -33,19 +35,11 @@ const MESSAGE_RESULT_SCHEMA = (status) => ({
   additionalProperties: false,
 });
 
-function deepFreeze(value) {
-  if (value && typeof value === 'object') {
-    Object.values(value).forEach(deepFreeze);
-    Object.freeze(value);
-  }
-  return value;
-}
-
 /**
  * The declaration sent in the `client-tool-register` frame: blocking, answered by the page
  * itself (`serve`), no arguments. The description is what the model reads.
  */
-export const LOCATION_TOOL = deepFreeze({
+export const LOCATION_TOOL = clientToolDeclaration({
   kind: 'blocking',
   name: 'location_get',
   description:

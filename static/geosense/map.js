@@ -7,6 +7,7 @@
 // Text from the data (class names, attributes) only ever goes into the page as textContent.
 
 import { FORMATTERS, formatArea, formatLength, formatLinkValue, formatPosition } from './format.js';
+import { MAP_CONTEXT_TYPES as CONTEXT_TYPES } from './wire.js';
 
 const KNOWN_CLASS_COLORS = Object.freeze({
   tree: '#2e8b57',
@@ -32,7 +33,6 @@ const FIT_OPTIONS = Object.freeze({ padding: [32, 32], maxZoom: 19 });
 const IMAGE_MAX_WIDTH = 800;
 const IMAGE_BACKGROUND = '#eef0ec';
 const SVG_NS = 'http://www.w3.org/2000/svg';
-const CONTEXT_TYPES = Object.freeze(['visibility', 'position', 'image']);
 
 /**
  * A colour for every class in `classes`, distinct as long as the palette lasts: known classes

@@ -6,20 +6,13 @@
 // refuses it: regex dialects differ between validators).
 
 import { LOCATION_TOOL } from './location.js';
+import { clientToolDeclaration } from './wire.js';
 
 const NO_ARGUMENTS = Object.freeze({ type: 'object', properties: {}, additionalProperties: false });
 const ID_LIST = Object.freeze({ type: 'array', items: { type: 'integer' }, minItems: 1, maxItems: 500 });
 const FOCUS_MAX_IDS = 500;
 
-function deepFreeze(value) {
-  if (value && typeof value === 'object') {
-    Object.values(value).forEach(deepFreeze);
-    Object.freeze(value);
-  }
-  return value;
-}
-
-export const MAP_GET_VIEW_TOOL = deepFreeze({
+export const MAP_GET_VIEW_TOOL = clientToolDeclaration({
   kind: 'blocking',
   name: 'map_get_view',
   description:
@@ -47,7 +40,7 @@ export const MAP_GET_VIEW_TOOL = deepFreeze({
   serve: true,
 });
 
-export const MAP_FOCUS_TOOL = deepFreeze({
+export const MAP_FOCUS_TOOL = clientToolDeclaration({
   kind: 'one-way',
   name: 'map_focus',
   description:
@@ -61,7 +54,7 @@ export const MAP_FOCUS_TOOL = deepFreeze({
   },
 });
 
-export const MAP_SELECT_TOOL = deepFreeze({
+export const MAP_SELECT_TOOL = clientToolDeclaration({
   kind: 'blocking',
   name: 'map_select',
   description:

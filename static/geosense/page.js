@@ -18,7 +18,6 @@ window.geosenseMap = map;
 const location = createLocationService({
   askPermission: () => createLocationCard({ container: document.getElementById('transcript') })(),
 });
-window.geosenseLocation = location;
 const tools = pageClientTools({ map, location });
 
 const badge = document.getElementById('connection-state');

@@ -1,0 +1,200 @@
+// A turn as it happens: its streamed text in a "writing" bubble, its activity log, one-way
+// client tools applied to the map, errors as notices. Stored messages are never built here:
+// at `message` and `turn_end` the turn is rendered again by the server (transcript.js), and
+// only the activity log, which is not stored, stays. While it streams, the bubble shows the
+// server's rendering of the text so far (stream-preview.js), plain text only if the server
+// cannot render it. Model text only ever reaches the page as textContent or as the server's
+// sanitised HTML.
+
+import { csrfToken } from './http.js';
+import { createStreamPreview } from './stream-preview.js';
+
+/** A preview of streaming markup: tags (and a half-written one at the end) left out. */
+export function previewText(raw) {
+  return raw.replace(/<[^>]*>?/g, '').replace(/\$\{[^}]*\}?/g, '…');
+}
+
+/** The "GeoSense is writing" bubble of a streaming answer. */
+function bubbleElement(document) {
+  const article = document.createElement('article');
+  article.className = 'message assistant streaming';
+  article.setAttribute('aria-busy', 'true');
+  article.setAttribute('aria-label', 'GeoSense is writing');
+  const body = document.createElement('div');
+  body.className = 'message-body';
+  const text = document.createElement('p');
+  text.className = 'streaming-text';
+  body.append(text);
+  article.append(body);
+  return article;
+}
+
+/** A turn's collapsible activity log (not stored: gone after a reload). */
+function activityLogElement(document) {
+  const details = document.createElement('details');
+  details.className = 'activity-log';
+  details.dataset.testid = 'activity-log';
+  const summary = document.createElement('summary');
+  summary.textContent = 'Activity';
+  details.append(summary, document.createElement('ol'));
+  return details;
+}
+
+/** A backend call in the activity log: its name and whether it failed. */
+function describeCall(item, data, document) {
+  item.dataset.ok = data.ok ? 'true' : 'false';
+  const tool = document.createElement('code');
+  tool.textContent = data.name;
+  const outcome = document.createElement('span');
+  outcome.className = 'activity-outcome';
+  outcome.textContent = data.ok ? ' ok' : ` failed${data.error ? `: ${data.error}` : ''}`;
+  item.append(tool, outcome);
+}
+
+/** The bubble's preview of the text so far: the server's rendering, plain text if it fails. */
+function bubblePreview(article, url, document) {
+  const body = article.querySelector('.message-body');
+  const text = article.querySelector('.streaming-text');
+  return createStreamPreview({
+    url,
+    headers: { 'X-CSRFToken': csrfToken(document) },
+    render: (html) => {
+      body.innerHTML = html; // the server's rendering, sanitised like every stored message
+    },
+    fallback: (raw) => {
+      text.textContent = previewText(raw);
+      body.replaceChildren(text);
+    },
+  });
+}
+
+/**
+ * @param {{
+ *   transcript: ReturnType<import('./transcript.js').createTranscript>,
+ *   session: () => string | null,         the open session (the preview renders there)
+ *   notice: (text: string) => void,
+ *   applyOneWay: (name: string, args: object) => void,  a one-way client tool's call
+ *   onTurnEnd: () => void,
+ *   document?: Document,
+ * }} options
+ */
+export function createLiveTurn({
+  transcript,
+  session,
+  notice,
+  applyOneWay,
+  onTurnEnd,
+  document = globalThis.document,
+}) {
+  const live = { turn: null, bubble: null, raw: '', log: null, preview: null };
+
+  function bubble() {
+    if (live.bubble?.isConnected) return live.bubble;
+    const article = bubbleElement(document);
+    transcript.turnElement(live.turn).append(article);
+    live.bubble = article;
+    live.raw = '';
+    live.preview = bubblePreview(article, `/chat/${session()}/preview/`, document);
+    return article;
+  }
+
+  function closeBubble() {
+    if (live.bubble) live.bubble.removeAttribute('aria-busy');
+    live.preview?.close();
+    live.preview = null;
+    live.bubble = null;
+    live.raw = '';
+  }
+
+  function removeBubbles() {
+    closeBubble();
+    transcript.element.querySelectorAll('.message.streaming').forEach((m) => m.remove());
+  }
+
+  function activityLog() {
+    if (live.log?.isConnected) return live.log;
+    const details = activityLogElement(document);
+    const turn = transcript.turnElement(live.turn);
+    const firstUser = turn.querySelector(':scope > .message.user');
+    if (firstUser) firstUser.after(details);
+    else turn.prepend(details);
+    live.log = details;
+    return details;
+  }
+
+  function logEntry(kind, build) {
+    const details = activityLog();
+    const item = document.createElement('li');
+    item.className = `activity-${kind}`;
+    build(item);
+    details.querySelector('ol').append(item);
+    const count = details.querySelectorAll('li').length;
+    details.querySelector('summary').textContent = `Activity (${count} step${count === 1 ? '' : 's'})`;
+  }
+
+  const handlers = {
+    turn_start(data) {
+      if (live.turn !== data.turn) {
+        live.turn = data.turn;
+        live.log = null;
+        closeBubble();
+      }
+      transcript.turnElement(data.turn);
+      transcript.renderTurn(data.turn);
+    },
+    text_delta(data) {
+      if (live.turn === null) return;
+      bubble(); // a new bubble starts empty
+      live.raw += data.delta || '';
+      live.preview.update(live.raw);
+    },
+    backend_thinking(data) {
+      if (live.turn === null) return;
+      closeBubble();
+      logEntry('thinking', (item) => {
+        item.textContent = data.text || '';
+      });
+    },
+    backend_tool_call(data) {
+      if (live.turn === null) return;
+      closeBubble();
+      logEntry('call', (item) => describeCall(item, data, document));
+    },
+    client_tool_call(data) {
+      closeBubble();
+      if (data.kind === 'one-way') applyOneWay(data.name, data.arguments || {});
+    },
+    message(data) {
+      removeBubbles();
+      if (data.turn !== undefined) live.turn = data.turn;
+      transcript.renderTurn(live.turn);
+    },
+    error(data) {
+      notice(`The assistant ran into a problem: ${data.message || 'unknown error'}`);
+    },
+    turn_end() {
+      removeBubbles();
+      transcript.renderTurn(live.turn);
+      onTurnEnd();
+    },
+  };
+
+  return {
+    /**
+     * Show one turn event (from this tab's stream, or another tab's turn from the socket).
+     *
+     * @param {import('./wire.js').EventName} name
+     * @param {object} data
+     */
+    show(name, data) {
+      handlers[name]?.(data);
+    },
+    get turn() {
+      return live.turn;
+    },
+    /** The open "writing" bubble of `turn`, carried into the turn when it is re-rendered. */
+    bubbleOf(turn) {
+      return live.turn === turn && live.bubble?.isConnected ? live.bubble : null;
+    },
+  };
+}

@@ -1,0 +1,92 @@
+// The transcript as the server renders it. Every stored message is shown in the server's
+// HTML (templates/chat/turn.html, message.html), the same on first load, after a live turn
+// and after a reload; this module fetches a turn or a message again and swaps it in.
+
+import { fetchFragment } from './http.js';
+
+/**
+ * @param {{
+ *   element: HTMLElement,                  the #transcript
+ *   session: () => string | null,          the open chat session
+ *   onState: (response: Response) => void, what a fragment's headers say changed
+ *   onHighlight: (block: HTMLElement) => void, the newest highlight block that arrived
+ *   keep: (turn: number) => HTMLElement | null, an element to carry into a re-rendered turn
+ *   document?: Document,
+ * }} options
+ */
+export function createTranscript({ element, session, onState, onHighlight, keep, document = globalThis.document }) {
+  const seen = new Set(
+    [...element.querySelectorAll('.message[data-message-id]')].map((m) => m.dataset.messageId),
+  );
+  const renders = new Map(); // turn → the number of its latest render, so only the last lands
+
+  /** The element of a turn, created (at the end) when the page has none yet. */
+  function turnElement(turn) {
+    let found = element.querySelector(`.turn[data-turn="${turn}"]`);
+    if (!found) {
+      element.querySelector('.transcript-empty')?.remove();
+      found = document.createElement('div');
+      found.className = 'turn';
+      found.dataset.turn = String(turn);
+      element.append(found);
+    }
+    return found;
+  }
+
+  /** Swap in the server's rendering of a turn; its activity log and `keep(turn)` stay. */
+  async function renderTurn(turn) {
+    const id = session();
+    if (!id || turn === null || turn === undefined) return;
+    const render = (renders.get(turn) || 0) + 1;
+    renders.set(turn, render);
+    const { response, element: fresh } = await fetchFragment(`/chat/${id}/turns/${turn}/`, { document });
+    if (!fresh || renders.get(turn) !== render) return;
+    onState(response);
+    const old = turnElement(turn);
+    const log = old.querySelector(':scope > .activity-log');
+    const kept = keep(turn);
+    old.replaceWith(fresh);
+    if (log) {
+      const firstUser = fresh.querySelector(':scope > .message.user');
+      if (firstUser) firstUser.after(log);
+      else fresh.prepend(log);
+    }
+    if (kept) fresh.append(kept);
+    arrived(fresh);
+  }
+
+  /** Swap in the server's rendering of one message (a card after its decision). */
+  async function renderMessage(messageId) {
+    const id = session();
+    if (!id) return;
+    const old = element.querySelector(`.message[data-message-id="${messageId}"]`);
+    const { response, element: fresh } = await fetchFragment(`/chat/${id}/messages/${messageId}/`, { document });
+    if (!fresh || !old?.isConnected) return;
+    onState(response);
+    old.replaceWith(fresh);
+  }
+
+  /** New messages in `root`: the newest highlight among them is applied to the map. */
+  function arrived(root) {
+    let newest = null;
+    for (const message of root.querySelectorAll('.message[data-message-id]')) {
+      if (seen.has(message.dataset.messageId)) continue;
+      seen.add(message.dataset.messageId);
+      const blocks = message.querySelectorAll('[data-highlight]');
+      if (blocks.length) newest = blocks[blocks.length - 1];
+    }
+    if (newest) onHighlight(newest);
+    scrollToEnd();
+  }
+
+  function scrollToEnd() {
+    element.scrollTop = element.scrollHeight;
+  }
+
+  /** The turn numbers on the page. */
+  function shownTurns() {
+    return [...element.querySelectorAll('.turn[data-turn]')].map((t) => Number(t.dataset.turn));
+  }
+
+  return { element, turnElement, renderTurn, renderMessage, scrollToEnd, shownTurns };
+}
