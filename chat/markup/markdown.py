@@ -43,6 +43,8 @@ _SAFE_URL_RE = re.compile(r"https?://", re.IGNORECASE)
 _ALIGN_RE = re.compile(r"text-align:(left|center|right)")
 _SYNTAX_ONLY_RE = re.compile(r"[ \t]*(?:>[ \t]*)*(?:[-*_=+#|:~`\t ]*|\d{1,9}[.)]?[ \t]*)")
 # A character that may start inline Markdown syntax (or an entity, or a line break).
+# A code fence's language becomes the class `language-<name>`: only a plain name does.
+_LANGUAGE_RE = re.compile(r"[\w+#.-]{1,32}")
 _INLINE_SYNTAX_RE = re.compile(r"[\\`*_\[\]<>!&~\n]|https?:")
 
 ALLOWED_TAGS = {
@@ -80,11 +82,18 @@ def _elements_in_tokens(state: StateCore) -> None:
         _attributes_as_source(token, elements)
         if token.type in ("fence", "code_block"):
             token.content = _as_source(token.content, elements)
-            token.info = _as_source(token.info, elements)
+            token.info = _fence_language(_as_source(token.info, elements))
         elif token.type in ("th_open", "td_open"):
             _align_as_class(token)
         elif token.type == "inline" and token.children:
             token.children = _inline_children(token.children, elements)
+
+
+def _fence_language(info: str) -> str:
+    """The fence's language name, or "" when its info string does not start with a plain name
+    (it would land in a class attribute: `language-<javascript:…>`)."""
+    words = info.split(maxsplit=1)
+    return words[0] if words and _LANGUAGE_RE.fullmatch(words[0]) else ""
 
 
 def _inline_children(children: list[Token], elements: list[Element]) -> list[Token]:

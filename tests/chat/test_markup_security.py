@@ -235,6 +235,16 @@ def test_quote_breakout_stays_inside_the_data_attribute():
     assert set(button) == {"type", "class", "data-option-index", "data-message", "data-context"}
 
 
+def test_a_code_fence_language_that_is_no_plain_name_gets_no_class():
+    # Found by test_any_text_parses_and_renders_inert: the info string went into the class.
+    html = render_message("```<javascript:alert(1)>\nx\n```", role="assistant", artifacts={})
+    assert_inert(html)
+    assert "language-" not in html
+    assert 'class="language-python"' in render_message(
+        "```python\nx = 1\n```", role="assistant", artifacts={}
+    )
+
+
 # --- Markdown payloads ------------------------------------------------------------------------
 MARKDOWN_XSS_PAYLOADS = [
     # links
