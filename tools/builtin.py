@@ -3,6 +3,7 @@
 from typing import Any
 
 from geosense.annotations import selectors, services
+from geosense.annotations.classes import class_match
 from geosense.annotations.types import (
     CLASS_MAX_LENGTH,
     SIMILAR_K_MAX,
@@ -39,11 +40,9 @@ def _bbox(arguments: dict[str, Any]) -> tuple[float, float, float, float] | None
 
 def _known_class(name: str) -> str:
     counts = selectors.annotation_counts()
-    if name in counts:
-        return name
-    singular = name[:-1] if name.endswith("s") else name
-    if singular in counts:
-        return singular
+    found = class_match(name, counts)
+    if found is not None:
+        return found
     known = ", ".join(sorted(counts)) or "none"
     raise ToolError(f"There is no class {name!r}. Known classes: {known}.")
 

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from geosense.annotations.classes import class_match
+
 from .base import AgentChunk, AgentContext, TextDelta, Thinking, ToolCallRequest, UserRequest
 
 ANSWER_RE = re.compile(
@@ -157,16 +159,7 @@ def _meaning(raw: str) -> str:
 
 
 def _class_of(word: str, overview: dict[str, int]) -> str | None:
-    word = word.lower()
-    candidates = [word]
-    if word.endswith("s"):
-        candidates.append(word[:-1])
-    if word.endswith("es"):
-        candidates.append(word[:-2])
-    for candidate in candidates:
-        if candidate in overview:
-            return candidate
-    return None
+    return class_match(word, overview)
 
 
 def _num(value: float) -> str:
