@@ -15,7 +15,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from chat import services
+from chat import selectors, services
 from chat.events import session_group
 from chat.models import ChatSession
 from geosense import wire
@@ -65,11 +65,7 @@ async def _bounds_problem(value: object) -> str | None:
 
 @database_sync_to_async
 def _session_of_user(*, user, session: object) -> ChatSession | None:
-    try:
-        session_id = uuid.UUID(str(session))
-    except ValueError:
-        return None
-    return ChatSession.objects.filter(pk=session_id, user=user).first()
+    return selectors.session_of_user(session_id=str(session), user=user)
 
 
 @database_sync_to_async

@@ -4,6 +4,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
 
 from geosense.wire import ApprovalData, DecisionData, MessageData
@@ -29,7 +30,7 @@ def session_of_user(*, session_id: object, user) -> ChatSession | None:
         return None
     try:
         return ChatSession.objects.filter(pk=session_id, user=user).first()
-    except (ValueError, TypeError):  # not a UUID
+    except (ValueError, TypeError, ValidationError):  # not a UUID
         return None
 
 
