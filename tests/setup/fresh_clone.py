@@ -74,28 +74,36 @@ def free_port() -> int:
 class MakeRun:
     """`make run` in its own process group, its output in `log`."""
 
-    process: subprocess.Popen
-    port: int
+    folder: Path
     log: Path
+    env: dict[str, str]
+    process: subprocess.Popen | None = None
+    port: int = 0
     started: float = 0.0
     # (seconds since the start, line) for each line of output, as `wait_served` saw it come.
     timeline: list[tuple[float, str]] = field(default_factory=list)
 
     @classmethod
     def start(cls, folder: Path, log: Path, env: dict[str, str] | None = None) -> MakeRun:
-        port = free_port()
-        started = time.monotonic()
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                ["make", "run", f"PORT={port}"],
-                cwd=folder,
-                env=clean_environment() if env is None else env,
+        run = cls(folder, log, clean_environment() if env is None else env)
+        run.started = time.monotonic()
+        run._spawn()
+        return run
+
+    def _spawn(self) -> None:
+        # A free port now may be another process's by the time Daphne binds it, a minute
+        # later on a cold run: `wait_served` then starts again on another one.
+        self.port = free_port()
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                ["make", "run", f"PORT={self.port}"],
+                cwd=self.folder,
+                env=self.env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        return cls(process, port, log, started)
 
     @property
     def url(self) -> str:
@@ -107,9 +115,17 @@ class MakeRun:
     def wait_served(self, timeout: float) -> None:
         """Return once the login page answers 200; raise if `make run` stops or times out."""
         deadline = time.monotonic() + timeout
+        retries = 3
         while time.monotonic() < deadline:
             self._read_timeline()
             if self.process.poll() is not None:
+                taken = (
+                    f"Couldn't listen on 127.0.0.1:{self.port}: [Errno 98] Address already in use"
+                )
+                if taken in self.output() and retries:
+                    retries -= 1
+                    self._spawn()
+                    continue
                 raise RuntimeError(f"make run exited {self.process.returncode}:\n{self.output()}")
             try:
                 with urllib.request.urlopen(self.url + "accounts/login/", timeout=2) as page:
