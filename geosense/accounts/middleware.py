@@ -4,13 +4,17 @@ A request with `Authorization: Bearer <token>` is authenticated by the token alo
 no CSRF token (no cookie is involved, so no cross-site request can forge it).
 """
 
+from urllib.parse import urlsplit
+
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from channels.db import database_sync_to_async
-from channels.security.websocket import OriginValidator
+from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, JsonResponse
+from django.http.request import split_domain_port, validate_host
 from django.utils.decorators import sync_and_async_middleware
+from django.utils.http import is_same_domain
 
 from .services import api_token_user
 
@@ -84,33 +88,82 @@ class SocketTokenAuthMiddleware:
         return await self.inner(scope, receive, send)
 
 
-class CookieSocketOriginValidator(OriginValidator):
-    """Checks `Origin` against ALLOWED_HOSTS, but only for cookie-authenticated sockets.
+class CookieSocketOriginValidator:
+    """A cookie-authenticated socket must come from the app's own origin (scheme, host and
+    port), or from one of `CSRF_TRUSTED_ORIGINS`: the rule Django's CSRF check applies to
+    an unsafe request. A page on another port or scheme of the same host is another origin.
 
-    A bearer-token client (a script) sends no `Origin`, and needs none: a cross-site page
-    cannot attach a bearer token, only cookies.
+    Bearer-token sockets need no `Origin`: a cross-site page cannot attach a bearer token, only
+    cookies. Anonymous sockets are accepted and closed with 4401 by the consumer (nothing is
+    reachable before authentication).
     """
 
     def __init__(self, application):
-        super().__init__(application, settings.ALLOWED_HOSTS)
+        self.application = application
 
     async def __call__(self, scope, receive, send):
         user = scope.get("user")
-        if scope.get("auth_by_token") or not getattr(user, "is_authenticated", False):
-            # Token sockets need no Origin; anonymous ones are accepted and closed with 4401
-            # by the consumer (nothing is reachable before authentication).
+        if (
+            scope.get("auth_by_token")
+            or not getattr(user, "is_authenticated", False)
+            or socket_origin_allowed(scope)
+        ):
             return await self.application(scope, receive, send)
-        return await super().__call__(scope, receive, send)
-
-    def validate_origin(self, parsed_origin) -> bool:
-        # The same rule as channels' AllowedHostsOriginValidator.
-        return parsed_origin is not None and is_same_domain_allowed(parsed_origin.hostname)
+        return await WebsocketDenier()(scope, receive, send)
 
 
-def is_same_domain_allowed(host: str | None) -> bool:
-    from django.http.request import validate_host
+def _header(scope, name: bytes) -> str:
+    for key, value in scope.get("headers") or []:
+        if key.lower() == name:
+            return value.decode("latin-1").strip()
+    return ""
 
+
+def _secure(scope) -> bool:
+    if scope.get("scheme") in ("wss", "https"):
+        return True
+    proxy = settings.SECURE_PROXY_SSL_HEADER
+    if proxy:
+        name, expected = proxy
+        header = name.removeprefix("HTTP_").lower().replace("_", "-").encode()
+        return _header(scope, header).split(",")[0].strip() == expected
+    return False
+
+
+def _allowed_hosts() -> list[str]:
     allowed = settings.ALLOWED_HOSTS
     if settings.DEBUG and not allowed:
         allowed = [".localhost", "127.0.0.1", "[::1]"]
-    return host is not None and validate_host(host, allowed)
+    return allowed
+
+
+def socket_origin_allowed(scope) -> bool:
+    """Whether the upgrade's `Origin` is the app's own origin or a trusted one."""
+    origin = _header(scope, b"origin").lower().rstrip("/")
+    host = _header(scope, b"host").lower()
+    if not origin or origin == "null":
+        return False
+    secure = _secure(scope)
+    domain, port = split_domain_port(host)
+    if domain and validate_host(domain, _allowed_hosts()):
+        default = "443" if secure else "80"
+        netloc = domain if port in ("", default) else f"{domain}:{port}"
+        if origin == f"{'https' if secure else 'http'}://{netloc}":
+            return True
+    return _trusted(origin)
+
+
+def _trusted(origin: str) -> bool:
+    parsed = urlsplit(origin)
+    for trusted in settings.CSRF_TRUSTED_ORIGINS:
+        trusted = trusted.lower().rstrip("/")
+        if "*" not in trusted:
+            if origin == trusted:
+                return True
+            continue
+        scheme, _, pattern = trusted.partition("://")
+        if parsed.scheme == scheme and is_same_domain(
+            parsed.netloc, pattern[pattern.index("*") + 1 :]
+        ):
+            return True
+    return False

@@ -129,11 +129,16 @@ def cookie_for(user) -> bytes:
     return f"sessionid={client.cookies['sessionid'].value}".encode()
 
 
+async def cookie_socket(who: Person, origin: bytes | None, host: bytes = b"localhost:8000"):
+    cookie = await database_sync_to_async(cookie_for)(who.user)
+    headers = [(b"cookie", cookie), (b"host", host)] + ([(b"origin", origin)] if origin else [])
+    return socket(headers=headers)
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 async def test_cookie_socket_from_an_allowed_origin_is_accepted(alice):
-    cookie = await database_sync_to_async(cookie_for)(alice.user)
-    ws = socket(headers=[(b"cookie", cookie), (b"origin", b"http://localhost:8000")])
+    ws = await cookie_socket(alice, b"http://localhost:8000")
     ok, _ = await ws.connect()
     assert ok
     await ws.send_json_to({"type": "session-bind", "session": str(alice.session.pk)})
@@ -143,13 +148,53 @@ async def test_cookie_socket_from_an_allowed_origin_is_accepted(alice):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
-@pytest.mark.parametrize("origin", [b"http://evil.example", None])
+@pytest.mark.parametrize(
+    "origin",
+    [
+        b"http://evil.example",
+        None,
+        b"null",
+        # the same host on another port or scheme is another origin (issue 12, item 5)
+        b"http://localhost:1234",
+        b"https://localhost:8000",
+        b"http://localhost",
+        b"http://127.0.0.1:8000",
+        b"http://localhost:8000.evil.example",
+    ],
+)
 async def test_cookie_socket_from_another_or_no_origin_is_refused(alice, origin):
-    cookie = await database_sync_to_async(cookie_for)(alice.user)
-    headers = [(b"cookie", cookie)] + ([(b"origin", origin)] if origin else [])
-    ws = socket(headers=headers)
+    ws = await cookie_socket(alice, origin)
     ok, _ = await ws.connect()
     assert not ok
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_host_not_allowed_is_refused_even_from_its_own_origin(alice):
+    ws = await cookie_socket(alice, b"http://evil.example", host=b"evil.example")
+    assert not (await ws.connect())[0]
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_trusted_origin_and_a_tls_proxy_are_accepted(alice, settings):
+    settings.CSRF_TRUSTED_ORIGINS = ["https://*.geosense.example"]
+    ws = await cookie_socket(alice, b"https://maps.geosense.example")
+    assert (await ws.connect())[0]
+    await ws.disconnect()
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    cookie = await database_sync_to_async(cookie_for)(alice.user)
+    ws = socket(
+        headers=[
+            (b"cookie", cookie),
+            (b"host", b"localhost"),
+            (b"x-forwarded-proto", b"https"),
+            (b"origin", b"https://localhost"),
+        ]
+    )
+    assert (await ws.connect())[0]
     await ws.disconnect()
 
 
