@@ -6,6 +6,7 @@ The domain refuses in its own terms (`TurnRequestInvalid`, `SessionBusy`, `Pause
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,6 +23,7 @@ from geosense.annotations.types import (
     VectorNotFound,
 )
 from geosense.wire import TurnEvent, sse_frame
+from tools.schemas import CheckTooCostly, checked_off_loop, json_depth_exceeds
 
 from . import selectors, services
 from .approvals import AnswerInvalid, PauseConflict, PauseNotFound
@@ -66,7 +68,15 @@ def _error(message: str, status: int) -> JsonResponse:
     return JsonResponse({"error": message}, status=status)
 
 
-def _body(request: HttpRequest) -> dict[str, Any]:
+BODY_MAX_DEPTH = 64
+ID_MAX = 2**63 - 1  # the database's integer ids
+# A JSON escape of a UTF-16 surrogate: only then can a string hold a lone one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+async def _body(request: HttpRequest) -> dict[str, Any]:
+    """The body as a JSON object, or BadRequest: parsed and measured in the schema worker,
+    since its depth is the sender's choice."""
     try:
         raw = request.body
     except RequestDataTooBig:
@@ -74,12 +84,34 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     if not raw:
         return {}
     try:
+        return await checked_off_loop(_body_parse, raw)
+    except CheckTooCostly:
+        raise BadRequest("the body could not be read in time") from None
+
+
+def _body_parse(raw: bytes) -> dict[str, Any]:
+    try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise BadRequest("the body must be JSON") from None
+    except RecursionError:
+        raise BadRequest(f"the body nests deeper than {BODY_MAX_DEPTH} levels") from None
     if not isinstance(data, dict):
         raise BadRequest("the body must be a JSON object")
+    if json_depth_exceeds(data, BODY_MAX_DEPTH):
+        raise BadRequest(f"the body nests deeper than {BODY_MAX_DEPTH} levels")
+    if _SURROGATE_ESCAPE.search(raw):
+        try:
+            json.dumps(data, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise BadRequest(
+                "the body holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)"
+            ) from None
     return data
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= ID_MAX
 
 
 async def _user(request: HttpRequest):
@@ -111,7 +143,7 @@ async def sessions(request: HttpRequest) -> JsonResponse:
         rows = await sync_to_async(selectors.session_list)(user=user)
         return JsonResponse({"sessions": [selectors.session_serialize(s) for s in rows]})
     try:
-        body = _body(request)
+        body = await _body(request)
     except BadRequest as exc:
         return _error(str(exc), exc.status)
     title = body.get("title", "")
@@ -137,7 +169,7 @@ async def session_detail(request: HttpRequest, session_id) -> JsonResponse:
     _, session = owned
     if request.method == "PATCH":
         try:
-            body = _body(request)
+            body = await _body(request)
         except BadRequest as exc:
             return _error(str(exc), exc.status)
         allow = body.get("allow_backend_tools")
@@ -205,7 +237,7 @@ async def _start(request: HttpRequest, session_id, parse) -> HttpResponse:
         return owned
     user, session = owned
     try:
-        turn_request = parse(_body(request))
+        turn_request = parse(await _body(request))
         prepared = await turn_prepare(session_id=session.pk, user=user, request=turn_request)
     except BadRequest as exc:
         return _error(str(exc), exc.status)
@@ -229,7 +261,7 @@ def _parse_message(body: dict[str, Any]) -> NewMessage:
 def _parse_resume(body: dict[str, Any]) -> ApprovalAnswer | DecisionAnswer:
     if "approval" in body:
         approval = body["approval"]
-        if isinstance(approval, bool) or not isinstance(approval, int):
+        if not _is_id(approval):
             raise BadRequest("approval must be an approval id (integer)")
         if body.get("decision") not in ("approve", "reject"):
             raise BadRequest('decision must be "approve" or "reject"')
@@ -263,7 +295,7 @@ async def find_similar(request: HttpRequest, session_id) -> JsonResponse:
     if isinstance(owned, JsonResponse):
         return owned
     try:
-        body = _body(request)
+        body = await _body(request)
         samples = body.get("samples")
         if not isinstance(samples, list) or not samples or len(samples) > SIMILAR_SAMPLES_MAX:
             raise BadRequest(
@@ -271,12 +303,8 @@ async def find_similar(request: HttpRequest, session_id) -> JsonResponse:
             )
         pairs = []
         for sample in samples:
-            if (
-                not isinstance(sample, dict)
-                or isinstance(sample.get("id"), bool)
-                or not isinstance(sample.get("id"), int)
-            ):
-                raise BadRequest("each sample needs an integer id")
+            if not isinstance(sample, dict) or not _is_id(sample.get("id")):
+                raise BadRequest("each sample needs an annotation id (a positive integer)")
             v = sample.get("v")
             if v is not None and not isinstance(v, str):
                 raise BadRequest("a sample's v must be a string")

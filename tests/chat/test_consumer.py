@@ -385,6 +385,13 @@ def variant(base: dict, **changes) -> dict:
     return tool
 
 
+def _nested(levels: int) -> dict:
+    schema: dict = {"type": "object"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
 REFUSALS = [
     (variant(LOCATION, kind="sometimes"), "location_get", "kind must be 'blocking' or 'one-way'"),
     (variant(LOCATION, name="where am i"), "where am i", "the name must be 1 to 64"),
@@ -431,6 +438,7 @@ REFUSALS = [
     (variant(LOCATION, arguments={"type": "string"}), "location_get", '"type": "object"'),
     (variant(LOCATION, title="Location"), "location_get", "unknown field 'title'"),
     ("location_get", "tools[0]", "a tool declaration must be a JSON object"),
+    (variant(LOCATION, result=_nested(200)), "location_get", "nests deeper than 32 levels"),
 ]
 
 
