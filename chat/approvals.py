@@ -81,6 +81,35 @@ class CreditShortfall:
         return f"Refused before running. {self.for_user} Tell the user they do not have enough credits."
 
 
+@dataclass(frozen=True)
+class PermissionMissing:
+    """A call the user may not make at all: refused before any approval card is shown."""
+
+    tool: str
+    permission: str
+
+    @property
+    def for_user(self) -> str:
+        return (
+            f"You may not run {self.tool}: the annotations are shared by every user, and only "
+            f"their curators (the {self.permission} permission) may change them."
+        )
+
+    @property
+    def for_model(self) -> str:
+        return (
+            f"Refused before running. {self.for_user} Tell the user an administrator can "
+            "grant that permission; do not call it again."
+        )
+
+
+def permission_missing(*, user, tool: BackendTool) -> PermissionMissing | None:
+    """Checked before asking for approval and again before an approved call runs."""
+    if not tool.permission or user.has_perm(tool.permission):
+        return None
+    return PermissionMissing(tool=tool.name, permission=tool.permission)
+
+
 def credits_shortfall(*, user, tool: BackendTool) -> CreditShortfall | None:
     """Checked before asking for approval, so nobody approves a call that cannot run."""
     if tool.cost_credits <= 0:

@@ -324,6 +324,11 @@ class TurnRunner:
             await self._store_and_report(
                 call, approval.arguments, refusal(approvals.DECLINED_RESULT)
             )
+        elif missing := await in_thread(approvals.permission_missing)(
+            user=self.prepared.user, tool=tool
+        ):
+            await self._store_and_report(call, approval.arguments, refusal(missing.for_model))
+            await self.sink.emit(wire.error(missing.for_user))
         else:
             run = await backend_tool_run(
                 tool=tool, arguments=approval.arguments, context=self._tool_context()
@@ -476,10 +481,13 @@ class TurnRunner:
         invalid = await tool.arguments_refusal(arguments)
         if invalid is not None:
             return await self._store_and_report(call, arguments, invalid)
-        shortfall = await in_thread(approvals.credits_shortfall)(user=self.prepared.user, tool=tool)
-        if shortfall is not None:
-            await self._store_and_report(call, arguments, refusal(shortfall.for_model))
-            await self.sink.emit(wire.error(shortfall.for_user))
+        user = self.prepared.user
+        refused = await in_thread(approvals.permission_missing)(
+            user=user, tool=tool
+        ) or await in_thread(approvals.credits_shortfall)(user=user, tool=tool)
+        if refused is not None:
+            await self._store_and_report(call, arguments, refusal(refused.for_model))
+            await self.sink.emit(wire.error(refused.for_user))
             return CallOutcome.ANSWERED
         reasons = approvals.approval_reasons(
             tool=tool,

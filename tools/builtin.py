@@ -373,6 +373,7 @@ DELETE_ANNOTATIONS = BackendTool(
     handler=delete_annotations,
     destructive=True,
     read_only=False,
+    permission="annotations.delete_annotation",
     explain=lambda a: (
         "Delete annotation"
         + ("s " if len(a.get("ids", [])) != 1 else " ")

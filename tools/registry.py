@@ -60,6 +60,9 @@ class BackendTool:
     explain: Callable[[dict[str, Any]], str] = field(default=lambda args: "")
     # Safe for a sub-turn: reads only, costs nothing.
     read_only: bool = True
+    # The Django permission a user needs to call it at all ("" for every user): the
+    # annotations are one shared dataset, and only its curators may delete from it.
+    permission: str = ""
 
     def openai_spec(self) -> dict[str, Any]:
         return openai_function_spec(

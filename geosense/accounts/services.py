@@ -5,7 +5,7 @@ import secrets
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, Permission
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -122,6 +122,10 @@ def demo_user_ensure() -> bool:
         user = user_model.objects.create_user(username=DEMO_USERNAME, password=DEMO_PASSWORD)
     if not CreditAccount.objects.filter(user=user).exists():
         credit_set(user=user, balance=DEMO_CREDITS)
+    # demo curates the demo dataset: it may delete annotations (restorable in the admin).
+    user.user_permissions.add(
+        Permission.objects.get(content_type__app_label="annotations", codename="delete_annotation")
+    )
     return created
 
 

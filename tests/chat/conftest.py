@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import pytest
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.test import AsyncClient
 
 from chat.models import ChatSession
@@ -24,8 +25,17 @@ class Caller:
         return f"/api/sessions/{self.session.pk}{suffix}"
 
 
-def make_caller(username: str, *, credits: int = 100, allow_backend_tools: bool = False) -> Caller:
+def make_caller(
+    username: str, *, credits: int = 100, allow_backend_tools: bool = False, curator: bool = False
+) -> Caller:
+    """A user with a token and a session; a curator may delete annotations."""
     user = get_user_model().objects.create_user(username=username, password="pw-" + username)
+    if curator:
+        user.user_permissions.add(
+            Permission.objects.get(
+                content_type__app_label="annotations", codename="delete_annotation"
+            )
+        )
     credit_set(user=user, balance=credits)
     session = ChatSession.objects.create(user=user, allow_backend_tools=allow_backend_tools)
     return Caller(user=user, token=api_token_create(user=user), session=session)
@@ -43,8 +53,9 @@ def caller(transactional_db) -> Caller:
 
 @pytest.fixture
 def trusted_caller(transactional_db) -> Caller:
-    """A caller whose session already allows backend tools (no backend-access approval)."""
-    return make_caller("bob", allow_backend_tools=True)
+    """A caller whose session already allows backend tools (no backend-access approval), and
+    a curator of the shared dataset (may delete annotations)."""
+    return make_caller("bob", allow_backend_tools=True, curator=True)
 
 
 @pytest.fixture

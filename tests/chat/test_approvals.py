@@ -65,7 +65,9 @@ async def _live_id() -> int:
 async def test_each_reason_alone_and_combined_pauses_the_turn(
     client, openai_agent, neighbourhood, trusted, call, reasons, cost
 ):
-    caller = await asyncio.to_thread(make_caller, "carol", allow_backend_tools=trusted)
+    caller = await asyncio.to_thread(
+        make_caller, "carol", allow_backend_tools=trusted, curator=True
+    )
     out, pending = await _pause(client, caller, openai_agent, call)
     assert out.names()[-2:] == ["message", "turn_end"]
     assert "backend_tool_call" not in out.names()
@@ -353,3 +355,38 @@ async def test_a_rejection_stores_the_calls_result_with_the_decision(
     result = await Message.objects.aget(role="tool", tool_call_id="call_1")
     assert result.is_error and "declined" in result.content
     assert await asyncio.to_thread(stored_history_is_valid, trusted_caller.session.pk)
+
+
+async def test_an_ordinary_users_deletion_is_refused_before_any_approval_card(
+    client, openai_agent, neighbourhood
+):
+    """The annotations are one shared dataset: only its curators may delete from it."""
+    caller = await asyncio.to_thread(make_caller, "olive", allow_backend_tools=True)
+    target = await _live_id()
+    openai_agent.reply_tool_calls([("call_1", "delete_annotations", {"ids": [target]})])
+    openai_agent.reply_text("I may not delete it.")
+    out = await post_stream(
+        client, caller.url("/message/stream"), {"text": "x"}, token=caller.token
+    )
+    assert not await Approval.objects.aexists()
+    assert out.message["pending_approval"] is None
+    (error,) = out.of("error")
+    assert "may not run delete_annotations" in error["message"]
+    assert "annotations.delete_annotation" in error["message"]
+    (call,) = out.of("backend_tool_call")
+    assert call["ok"] is False and "Refused before running" in call["error"]
+    assert await Annotation.objects.filter(pk=target).aexists()
+
+
+async def test_a_permission_withdrawn_while_the_approval_waited_refuses_on_approve(
+    client, trusted_caller, openai_agent, neighbourhood
+):
+    target = await _live_id()
+    _, pending = await _pause(
+        client, trusted_caller, openai_agent, ("delete_annotations", {"ids": [target]})
+    )
+    await asyncio.to_thread(trusted_caller.user.user_permissions.clear)
+    openai_agent.reply_text("Not allowed.")
+    out = await _resume(client, trusted_caller, pending["id"], "approve")
+    assert "may not run delete_annotations" in out.of("error")[0]["message"]
+    assert await Annotation.objects.filter(pk=target).aexists()
