@@ -17,11 +17,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from geosense.annotations.selectors import annotations_similar_by_hint
 from geosense.annotations.types import (
-    SIMILAR_K_MAX,
     SIMILAR_SAMPLES_MAX,
     AnnotationNotFound,
     VectorNotFound,
 )
+from geosense.throttle import cache_allow
 from geosense.wire import TurnEvent, sse_frame
 from tools.schemas import CheckTooCostly, checked_off_loop, json_depth_exceeds
 
@@ -39,6 +39,11 @@ from .turns import (
 )
 
 KEEPALIVE_SECONDS = 15.0
+# The page's find-similar block is free (the reader's own action on a block the agent
+# proposed), so it is bounded instead: the 20 hits a block shows, 10 searches a minute per user.
+# More results, and an artifact of them, are the paid similarity_search tool's.
+FIND_SIMILAR_K_MAX = 20
+FIND_SIMILAR_PER_MINUTE = 10
 MAX_TEXT_LENGTH = 20_000
 
 
@@ -290,7 +295,7 @@ async def resume_stream(request: HttpRequest, session_id) -> HttpResponse:
 
 @require_POST
 async def find_similar(request: HttpRequest, session_id) -> JsonResponse:
-    """Run a find-similar block's search for the reader (the reader's own action: no credits)."""
+    """Run a find-similar block's search for the reader: free, and bounded (above)."""
     owned = await _owned_session(request, session_id)
     if isinstance(owned, JsonResponse):
         return owned
@@ -311,10 +316,17 @@ async def find_similar(request: HttpRequest, session_id) -> JsonResponse:
             pairs.append((sample["id"], v))
         hint = body.get("hint")
         k = body.get("k", 20)
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= SIMILAR_K_MAX:
-            raise BadRequest(f"k must be an integer from 1 to {SIMILAR_K_MAX}")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= FIND_SIMILAR_K_MAX:
+            raise BadRequest(f"k must be an integer from 1 to {FIND_SIMILAR_K_MAX}")
     except BadRequest as exc:
         return _error(str(exc), exc.status)
+    user, _ = owned
+    if not await cache_allow(
+        f"find-similar:{user.pk}", limit=FIND_SIMILAR_PER_MINUTE, window_seconds=60
+    ):
+        return _error(
+            f"at most {FIND_SIMILAR_PER_MINUTE} searches a minute; try again in a minute", 429
+        )
     try:
         search = await sync_to_async(annotations_similar_by_hint)(
             samples=pairs, hint=hint if isinstance(hint, str) else None, k=k

@@ -5,4 +5,14 @@ reads the settings before any conftest). Unit tests use an in-memory SQLite test
 the browser harness runs Daphne in another process against a SQLite file of its own.
 """
 
+import pytest
+
 pytest_plugins = ["tests.fakes.fixtures", "tests.browser.fixtures"]
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    """Rate limits count in the cache (geosense/throttle.py): every test starts with none."""
+    from django.core.cache import cache
+
+    cache.clear()
