@@ -17,10 +17,13 @@ from geosense.accounts.middleware import (  # noqa: E402
     CookieSocketOriginValidator,
     SocketTokenAuthMiddleware,
 )
+from geosense.headers import SecurityHeadersMiddleware  # noqa: E402
 
 # Daphne serves no static files by itself: the dev server (and the live test server) let
 # Django's staticfiles serve them; a production deployment puts them behind its proxy.
-http_application = ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
+http_application = SecurityHeadersMiddleware(
+    ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
+)
 
 application = ProtocolTypeRouter(
     {

@@ -149,10 +149,52 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # Request bodies of the JSON API are small; a larger one is refused before parsing.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
-if not DEBUG:
-    SESSION_COOKIE_HTTPONLY = True
-    CSRF_COOKIE_SAMESITE = "Lax"
-    SECURE_CONTENT_TYPE_NOSNIFF = True
+# --- Security (docs/security.md) ------------------------------------------------------------
+# HTTPS is the proxy's job; these say what the app does about it, from the environment. The
+# production values are in the README and docs/deploy.md; `manage.py check --deploy` is clean
+# with them (tests/security/test_deploy_settings.py).
+SECURE_PROXY_SSL_HEADER = (
+    tuple(v.strip() for v in os.environ["SECURE_PROXY_SSL_HEADER"].split(",", 1))
+    if os.environ.get("SECURE_PROXY_SSL_HEADER")
+    else None
+)
+if SECURE_PROXY_SSL_HEADER is not None and len(SECURE_PROXY_SSL_HEADER) != 2:
+    raise ImproperlyConfigured(
+        "SECURE_PROXY_SSL_HEADER must be HEADER,VALUE, e.g. HTTP_X_FORWARDED_PROTO,https."
+    )
+SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT")
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0") or 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD")
+SESSION_COOKIE_SECURE = _env_bool("SESSION_COOKIE_SECURE")
+CSRF_COOKIE_SECURE = _env_bool("CSRF_COOKIE_SECURE")
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
+]
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+# The Content-Security-Policy of every HTTP answer, static files included (geosense/headers.py
+# adds it in the ASGI application). One directive per key, its sources in a list: a feature
+# that needs more extends a list here (the WebGL map, for instance, "worker-src": "blob:").
+# No inline script anywhere: every script is a file under static/.
+GEOSENSE_CSP: dict[str, list[str]] = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:", "blob:"],
+    "font-src": ["'self'"],
+    # 'self' covers the session socket (ws:/wss: of this host) and the app's own tiles.
+    "connect-src": ["'self'"],
+    "worker-src": ["'self'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+    "frame-ancestors": ["'none'"],
+}
 
 # --- GeoSense -------------------------------------------------------------------------------
 _llm_base_url = os.environ.get("GEOSENSE_LLM_BASE_URL", "")
@@ -217,6 +259,11 @@ if GEOSENSE_LLM_TOOL_CHOICE is not None and not re.fullmatch(
     )
 GEOSENSE_CLIENT_TOOL_TIMEOUT = float(os.environ.get("GEOSENSE_CLIENT_TOOL_TIMEOUT", "30"))
 GEOSENSE_MAP_TILE_URL = os.environ.get("GEOSENSE_MAP_TILE_URL", "")
+if GEOSENSE_MAP_TILE_URL.startswith(("https://", "http://")):
+    # A base map from another host: its origin may be fetched and shown.
+    _tile_origin = "/".join(GEOSENSE_MAP_TILE_URL.split("/", 3)[:3])
+    GEOSENSE_CSP["img-src"].append(_tile_origin)
+    GEOSENSE_CSP["connect-src"].append(_tile_origin)
 # The local superuser `make run` keeps (`manage.py local_admin`, DEBUG only); `.env` holds it.
 GEOSENSE_ADMIN_USERNAME = os.environ.get("GEOSENSE_ADMIN_USERNAME", "admin")
 GEOSENSE_ADMIN_PASSWORD = os.environ.get("GEOSENSE_ADMIN_PASSWORD", "")

@@ -98,6 +98,9 @@ def context_for(
 
     def new_context(server: DaphneServer, **options):
         options.setdefault("viewport", {"width": 1280, "height": 800})
+        # Playwright's wait_for_function evaluates its predicate with eval, which the app's
+        # CSP refuses; tests/security/test_csp_browser.py drives the page with the CSP on.
+        options.setdefault("bypass_csp", True)
         context = browser.new_context(base_url=server.url, **options)
         context.on("page", lambda page: _watch(page, page_errors))
         contexts.append(context)
