@@ -6,6 +6,7 @@ channel-layer messages are defined in `geosense.wire` and described for users in
 docs/protocol.md; declarations are validated by `tools.client`, stored by `chat.services`.
 """
 
+import asyncio
 import contextlib
 import json
 import uuid
@@ -14,6 +15,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.utils import timezone
 
 from chat import selectors, services
 from chat.events import session_group
@@ -89,14 +91,31 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.registrations = TokenBucket(burst=REGISTRATIONS_BURST, rate=REGISTRATIONS_PER_SECOND)
         user = self.scope.get("user")
         self.authenticated = bool(user is not None and user.is_authenticated)
+        self.auth_groups: list[str] = []
         if self.authenticated:
             self.inbound = _inbound_bucket(user.pk)
+            # Closed at once when the user is deactivated or the token revoked or expired.
+            self.auth_groups.append(wire.auth_group_of_user(user.pk))
+            token = self.scope.get("api_token")
+            if token:
+                token_id, expires = token
+                self.auth_groups.append(wire.auth_group_of_token(token_id))
+                self.expiry = asyncio.get_running_loop().call_later(
+                    max(0.0, (expires - timezone.now()).total_seconds()),
+                    lambda: asyncio.ensure_future(self.auth_revoked(wire.auth_revoked_message())),
+                )
+            for group in self.auth_groups:
+                await self.channel_layer.group_add(group, self.channel_name)
         # Accept, then close with a code the page can read (a refused handshake has none).
         await self.accept()
         if not self.authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "expiry", None) is not None:
+            self.expiry.cancel()
+        for group in getattr(self, "auth_groups", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
         calls, self.calls = getattr(self, "calls", {}), {}
         for correlation_id, reply_to in calls.items():
             # Answered at once: the engine must not sit out its time-out for a closed tab.
@@ -231,6 +250,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def client_tool_invoke(self, message: wire.ClientToolInvokeMessage) -> None:
         self.calls[message["correlation_id"]] = message["reply_to"]
         await self.send_json(wire.client_tool_invoke_frame(message))
+
+    async def auth_revoked(self, message: wire.AuthRevokedMessage) -> None:
+        """The token was revoked or expired, or the user deactivated: nothing more is heard."""
+        await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def client_tool_forget(self, message: wire.ClientToolForgetMessage) -> None:
         """The engine stopped waiting (time-out, cancelled turn): the page may drop its card."""

@@ -8,6 +8,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("api/", include("geosense.accounts.urls")),
     path("api/", include("geosense.annotations.urls")),
     path("api/", include("chat.api_urls")),
     path("", include("chat.page_urls")),

@@ -262,6 +262,7 @@ CLIENT_TOOL_INVOKE = "client.tool.invoke"
 CLIENT_TOOL_ANSWER = "client.tool.answer"
 CLIENT_TOOL_FORGET = "client.tool.forget"
 TURN_EVENT = "turn.event"
+AUTH_REVOKED = "auth.revoked"
 
 
 class ClientToolInvokeMessage(TypedDict):
@@ -286,6 +287,27 @@ class ClientToolAnswerMessage(TypedDict):
     result: NotRequired[dict[str, Any]]
     error: NotRequired[str]
     failure: NotRequired[str]
+
+
+class AuthRevokedMessage(TypedDict):
+    """accounts → every socket of a user or a token: its authentication is gone (a revoked or
+    expired token, a deactivated user); the socket closes with 4401."""
+
+    type: Literal["auth.revoked"]
+
+
+def auth_revoked_message() -> AuthRevokedMessage:
+    return AuthRevokedMessage(type=AUTH_REVOKED)
+
+
+def auth_group_of_user(user_id: int) -> str:
+    """The channel-layer group of every socket of a user."""
+    return f"auth.user.{user_id}"
+
+
+def auth_group_of_token(token_id: int) -> str:
+    """The channel-layer group of every socket opened with a token."""
+    return f"auth.token.{token_id}"
 
 
 class ClientToolForgetMessage(TypedDict):

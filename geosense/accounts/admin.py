@@ -38,10 +38,10 @@ class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens are created by `manage.py api_token` (the only time one is shown); here they
     can be inspected and revoked (deleted)."""
 
-    list_display = ["prefix", "user", "created", "last_used"]
+    list_display = ["prefix", "user", "created", "last_used", "expires"]
     search_fields = ["user__username", "prefix"]
     list_select_related = ["user"]
-    readonly_fields = ["user", "prefix", "created", "last_used"]
+    readonly_fields = ["user", "prefix", "created", "last_used", "expires"]
     exclude = ["digest"]
 
     def has_add_permission(self, request) -> bool:

@@ -16,7 +16,7 @@ from django.http.request import split_domain_port, validate_host
 from django.utils.decorators import sync_and_async_middleware
 from django.utils.http import is_same_domain
 
-from .services import api_token_user
+from .services import api_token_authenticate, api_token_user
 
 
 def _bearer(header: str | None) -> str | None:
@@ -42,6 +42,17 @@ def _refused() -> JsonResponse:
     return JsonResponse({"error": "invalid bearer token"}, status=401)
 
 
+# Where a bearer token is accepted: the JSON API (and the socket, below). Never the admin or
+# the pages, where a token would stand in for a login without CSRF.
+TOKEN_SCOPE_PREFIX = "/api/"
+
+
+def _out_of_scope() -> JsonResponse:
+    return JsonResponse(
+        {"error": "a bearer token is accepted by /api/ and the socket only"}, status=401
+    )
+
+
 @sync_and_async_middleware
 def BearerTokenMiddleware(get_response):
     if iscoroutinefunction(get_response):
@@ -49,6 +60,8 @@ def BearerTokenMiddleware(get_response):
         async def middleware(request: HttpRequest):
             raw = _bearer(request.headers.get("Authorization"))
             if raw is not None:
+                if not request.path.startswith(TOKEN_SCOPE_PREFIX):
+                    return _out_of_scope()
                 user = await sync_to_async(api_token_user)(raw=raw)
                 if user is None:
                     return _refused()
@@ -60,6 +73,8 @@ def BearerTokenMiddleware(get_response):
         def middleware(request: HttpRequest):
             raw = _bearer(request.headers.get("Authorization"))
             if raw is not None:
+                if not request.path.startswith(TOKEN_SCOPE_PREFIX):
+                    return _out_of_scope()
                 user = api_token_user(raw=raw)
                 if user is None:
                     return _refused()
@@ -72,7 +87,9 @@ def BearerTokenMiddleware(get_response):
 class SocketTokenAuthMiddleware:
     """Channels middleware: a bearer token on the upgrade request sets `scope["user"]`.
 
-    Sets `scope["auth_by_token"]` so the origin check applies to cookie sockets only.
+    Sets `scope["auth_by_token"]` so the origin check applies to cookie sockets only, and
+    `scope["api_token"]` (id and expiry) so the socket closes when the token is revoked or
+    expires.
     """
 
     def __init__(self, inner):
@@ -83,8 +100,13 @@ class SocketTokenAuthMiddleware:
             headers = dict(scope.get("headers") or [])
             raw = _bearer(headers.get(b"authorization", b"").decode("latin-1"))
             if raw is not None:
-                user = await database_sync_to_async(api_token_user)(raw=raw)
-                scope = dict(scope, user=user or AnonymousUser(), auth_by_token=True)
+                token = await database_sync_to_async(api_token_authenticate)(raw=raw)
+                scope = dict(
+                    scope,
+                    user=token.user if token else AnonymousUser(),
+                    auth_by_token=True,
+                    api_token=(token.pk, token.expires) if token else None,
+                )
         return await self.inner(scope, receive, send)
 
 

@@ -17,6 +17,9 @@ class ApiToken(models.Model):
     )
     created = models.DateTimeField(auto_now_add=True)
     last_used = models.DateTimeField(null=True, blank=True)
+    # A token authenticates the HTTP API and the socket only (never the admin or the pages),
+    # until it expires or its owner revokes it (deletes it).
+    expires = models.DateTimeField()
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

@@ -29,29 +29,66 @@ def token_digest(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def api_token_create(*, user: AbstractBaseUser) -> str:
-    """Create a token and return it in clear; this is the only time it is ever seen."""
+TOKEN_DAYS_DEFAULT = 90
+
+
+def api_token_create(*, user: AbstractBaseUser, days: int = TOKEN_DAYS_DEFAULT) -> str:
+    """Create a token valid for `days` and return it in clear; this is the only time it is
+    ever seen."""
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, digest=token_digest(raw), prefix=raw[:8])
+    ApiToken.objects.create(
+        user=user,
+        digest=token_digest(raw),
+        prefix=raw[:8],
+        expires=timezone.now() + timedelta(days=days),
+    )
     return raw
 
 
 LAST_USED_PRECISION = timedelta(minutes=1)
 
 
-def api_token_user(*, raw: str) -> AbstractBaseUser | None:
-    """The active user a raw token belongs to, or None.
+def api_token_authenticate(*, raw: str) -> ApiToken | None:
+    """The live token of an active user that `raw` is, with its user; None otherwise.
 
     `last_used` is written at most once a minute: a write per request would make every API
     call contend for the database's write lock.
     """
     token = ApiToken.objects.select_related("user").filter(digest=token_digest(raw)).first()
-    if token is None or not token.user.is_active:
-        return None
     now = timezone.now()
+    if token is None or not token.user.is_active or token.expires <= now:
+        return None
     if token.last_used is None or now - token.last_used > LAST_USED_PRECISION:
         ApiToken.objects.filter(pk=token.pk).update(last_used=now)
-    return token.user
+    return token
+
+
+def api_token_user(*, raw: str) -> AbstractBaseUser | None:
+    """The active user a live raw token belongs to, or None."""
+    token = api_token_authenticate(raw=raw)
+    return token.user if token else None
+
+
+def api_tokens_of_user(*, user: AbstractBaseUser) -> list[ApiToken]:
+    return list(ApiToken.objects.filter(user=user).order_by("-created"))
+
+
+def api_token_revoke(*, user: AbstractBaseUser, token_id: int) -> bool:
+    """Revoke one of the user's own tokens; its sockets close (signals.py). False: no such
+    token of this user."""
+    deleted, _ = ApiToken.objects.filter(pk=token_id, user=user).delete()
+    return bool(deleted)
+
+
+def api_token_serialize(token: ApiToken) -> dict[str, object]:
+    return {
+        "id": token.pk,
+        "prefix": token.prefix,
+        "created": token.created.isoformat(),
+        "last_used": token.last_used.isoformat() if token.last_used else None,
+        "expires": token.expires.isoformat(),
+        "expired": token.expires <= timezone.now(),
+    }
 
 
 def credit_balance(*, user: AbstractBaseUser) -> int:
