@@ -3,10 +3,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from geosense.accounts.login import login_view
+
 urlpatterns = [
     path("", RedirectView.as_view(url="/chat/", permanent=False)),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", login_view, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # The admin's login is the throttled one (geosense/accounts/login.py).
+    path("admin/login/", login_view),
     path("admin/", admin.site.urls),
     path("api/", include("geosense.accounts.urls")),
     path("api/", include("geosense.annotations.urls")),

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from http.client import HTTPConnection
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -73,8 +73,10 @@ def http(
     body: bytes | str | dict | None = None,
     headers: dict[str, str] | None = None,
     timeout: float = 60,
+    source: str | None = None,
 ) -> Answer:
-    """One request on a fresh connection; the whole answer (an event stream included)."""
+    """One request on a fresh connection (from the loopback address `source`, if given); the
+    whole answer (an event stream included)."""
     sent = dict(headers or {})
     if token:
         sent["Authorization"] = f"Bearer {token}"
@@ -83,7 +85,9 @@ def http(
         sent.setdefault("Content-Type", "application/json")
     if isinstance(body, str):
         body = body.encode("utf-8", "surrogatepass")
-    connection = HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+    connection = HTTPConnection(
+        "127.0.0.1", server.port, timeout=timeout, source_address=(source, 0) if source else None
+    )
     try:
         connection.request(method, path, body=body, headers=sent)
         response = connection.getresponse()
@@ -225,3 +229,25 @@ class LatencyProbe:
 
 def host_of(server: DaphneServer) -> str:
     return urlsplit(server.url).netloc
+
+
+def login_attempt(
+    server: DaphneServer, username: str, password: str, *, source: str = "127.0.0.1"
+) -> Answer:
+    """What a browser does: fetch the form (for its CSRF cookie), then post it."""
+    form = http(server, "GET", "/accounts/login/", source=source)
+    cookie = form.headers.get("set-cookie", "")
+    csrf = cookie.split("csrftoken=", 1)[1].split(";", 1)[0]
+    body = urlencode({"username": username, "password": password, "csrfmiddlewaretoken": csrf})
+    return http(
+        server,
+        "POST",
+        "/accounts/login/",
+        body=body,
+        source=source,
+        headers={
+            "Cookie": f"csrftoken={csrf}",
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Referer": server.url + "/accounts/login/",
+        },
+    )
