@@ -149,19 +149,25 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 # Request bodies of the JSON API are small; a larger one is refused before parsing.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
+
 # --- Security (docs/security.md) ------------------------------------------------------------
 # HTTPS is the proxy's job; these say what the app does about it, from the environment. The
 # production values are in the README and docs/deploy.md; `manage.py check --deploy` is clean
 # with them (tests/security/test_deploy_settings.py).
-SECURE_PROXY_SSL_HEADER = (
-    tuple(v.strip() for v in os.environ["SECURE_PROXY_SSL_HEADER"].split(",", 1))
-    if os.environ.get("SECURE_PROXY_SSL_HEADER")
-    else None
-)
-if SECURE_PROXY_SSL_HEADER is not None and len(SECURE_PROXY_SSL_HEADER) != 2:
-    raise ImproperlyConfigured(
-        "SECURE_PROXY_SSL_HEADER must be HEADER,VALUE, e.g. HTTP_X_FORWARDED_PROTO,https."
-    )
+def _proxy_ssl_header(raw: str) -> tuple[str, str] | None:
+    """`X-Forwarded-Proto,https` (or Django's `HTTP_X_FORWARDED_PROTO,https`) as Django's pair."""
+    if not raw.strip():
+        return None
+    header, _, value = (part.strip() for part in raw.partition(","))
+    if not header or not value:
+        raise ImproperlyConfigured(
+            "SECURE_PROXY_SSL_HEADER must be HEADER,VALUE, e.g. X-Forwarded-Proto,https."
+        )
+    name = header.upper().replace("-", "_")
+    return (name if name.startswith("HTTP_") else f"HTTP_{name}", value)
+
+
+SECURE_PROXY_SSL_HEADER = _proxy_ssl_header(os.environ.get("SECURE_PROXY_SSL_HEADER", ""))
 SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT")
 SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0") or 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS")

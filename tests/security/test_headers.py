@@ -20,7 +20,7 @@ PRODUCTION_ENV = {
     "SECRET_KEY": "k7#Qz9!vR2@xW5$mN8^bT4&hJ1*pL6(dF3)sG0_yC-uE+aV=oI|nK~eZ{jX}qB",
     "ALLOWED_HOSTS": "geosense.example",
     "CSRF_TRUSTED_ORIGINS": "https://geosense.example",
-    "SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO,https",
+    "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto,https",
     "SECURE_SSL_REDIRECT": "1",
     "SECURE_HSTS_SECONDS": "31536000",
     "SECURE_HSTS_INCLUDE_SUBDOMAINS": "1",
