@@ -481,19 +481,25 @@ async def test_a_name_declared_twice_is_refused_the_second_time(alice):
     await ws.disconnect()
 
 
+async def refused_whole(who: Person, tools: list) -> dict:
+    """Register `tools` in one frame that is refused whole; the answer, once nothing is stored."""
+    ws = await bound(who)
+    await ws.send_json_to({"type": "client-tool-register", "tools": tools})
+    answer = await ws.receive_json_from()
+    assert await toolset_of(session_id=who.session.pk) is None
+    await ws.disconnect()
+    return answer
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 async def test_more_than_32_tools_are_refused_whole(alice):
-    ws = await bound(alice)
     many = [variant(FOCUS, name=f"tool_{i}") for i in range(33)]
-    await ws.send_json_to({"type": "client-tool-register", "tools": many})
-    assert await ws.receive_json_from() == {
+    assert await refused_whole(alice, many) == {
         "type": "error",
         "status": 400,
         "error": "a socket may register at most 32 tools",
     }
-    assert await toolset_of(session_id=alice.session.pk) is None
-    await ws.disconnect()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -516,15 +522,11 @@ async def test_registrations_beyond_a_burst_of_five_are_refused_with_429(alice):
 async def test_declarations_too_costly_to_check_register_nothing(alice, monkeypatch):
     monkeypatch.setattr("chat.consumers.REGISTRATION_BUDGET_SECONDS", 0.001)
     heavy = [heavy_declaration(f"heavy_{i}") for i in range(4)]
-    ws = await bound(alice)
-    await ws.send_json_to({"type": "client-tool-register", "tools": heavy})
-    assert await ws.receive_json_from() == {
+    assert await refused_whole(alice, heavy) == {
         "type": "error",
         "status": 400,
         "error": "the declarations could not be checked within 0.001 s; nothing was registered",
     }
-    assert await toolset_of(session_id=alice.session.pk) is None
-    await ws.disconnect()
 
 
 @pytest.mark.django_db(transaction=True)
