@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -26,7 +27,7 @@ from .models import (
     PendingDecision,
 )
 
-TURN_LEASE = timedelta(seconds=120)
+TURN_LEASE = timedelta(seconds=settings.GEOSENSE_TURN_LEASE)
 TITLE_LENGTH = 60
 
 INTERRUPTED_RESULT = "Not run: the turn ended before this call could run (the user moved on or the server restarted)."

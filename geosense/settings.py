@@ -90,7 +90,15 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", "sqlite:///db.sqlite3"),
+        # No persistent connections, as Django advises under ASGI: a connection belongs to a
+        # thread, and the threads that run ORM work for requests and turn tasks outlive them,
+        # so a kept connection would be reused by whoever runs there next with nothing
+        # checking its age. Each request opens one and closes it at its end; code that goes
+        # through `database_sync_to_async` also closes it around each call.
         conn_max_age=0,
+        # Checked before reuse. With conn_max_age=0 it costs nothing (nothing is reused);
+        # it is on so that raising conn_max_age can never hand out a dead connection.
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -264,6 +272,11 @@ if GEOSENSE_LLM_TOOL_CHOICE is not None and not re.fullmatch(
         "GEOSENSE_LLM_TOOL_CHOICE must be auto, none, required or the name of a tool."
     )
 GEOSENSE_CLIENT_TOOL_TIMEOUT = float(os.environ.get("GEOSENSE_CLIENT_TOOL_TIMEOUT", "30"))
+# Seconds a turn's claim on its session lasts unless renewed (a running turn renews it every
+# quarter): after a crash, the session takes a new turn at most this long after the last renewal.
+GEOSENSE_TURN_LEASE = float(os.environ.get("GEOSENSE_TURN_LEASE", "120"))
+if GEOSENSE_TURN_LEASE < 2:
+    raise ImproperlyConfigured("GEOSENSE_TURN_LEASE must be at least 2 seconds.")
 GEOSENSE_MAP_TILE_URL = os.environ.get("GEOSENSE_MAP_TILE_URL", "")
 if GEOSENSE_MAP_TILE_URL.startswith(("https://", "http://")):
     # A base map from another host: its origin may be fetched and shown.

@@ -41,7 +41,13 @@ _NOT_INHERITED = {
 }
 
 
-def server_env(*, db_path: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+def server_env(
+    *,
+    db_path: Path | None = None,
+    database_url: str | None = None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of a server process: a SQLite file (`db_path`) or another database."""
     env = {
         name: value
         for name, value in os.environ.items()
@@ -51,7 +57,7 @@ def server_env(*, db_path: Path, extra: dict[str, str] | None = None) -> dict[st
         DJANGO_SETTINGS_MODULE="geosense.settings",
         DEBUG="1",
         SECRET_KEY=SECRET_KEY,
-        DATABASE_URL=f"sqlite:///{db_path}",
+        DATABASE_URL=database_url or f"sqlite:///{db_path}",
         GEOSENSE_ENV_FILE="",  # a developer's .env is not the server's
         PYTHONUNBUFFERED="1",
     )
