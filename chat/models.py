@@ -4,12 +4,22 @@ The transcript is stored in the shape an LLM is fed: user messages, assistant me
 the tool calls they made, and one `tool` message per call holding its result. The engine
 keeps the invariant that every call has exactly one result (docs/architecture.md, "Engine
 invariants").
+
+Tool-call ids and the names a model writes are stored whole, whatever their length: servers send
+ids of thousands of characters (LiteLLM glues Gemini's thought signature onto the id) and they
+must go back verbatim. An index on such text would exceed PostgreSQL's B-tree row limit
+(2,704 bytes), so uniqueness over a call id is kept on its MD5 digest instead. Text and JSON
+from outside go through the NUL-free fields of geosense/fields.py (PostgreSQL refuses NUL).
 """
 
 import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models import F
+from django.db.models.functions import MD5
+
+from geosense.fields import NulFreeCharField, NulFreeJSONField, NulFreeTextField
 
 
 class ChatSession(models.Model):
@@ -21,7 +31,7 @@ class ChatSession(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions"
     )
-    title = models.CharField(max_length=200, blank=True)
+    title = NulFreeCharField(max_length=200, blank=True)
     allow_backend_tools = models.BooleanField(default=False)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -48,12 +58,13 @@ class Message(models.Model):
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="messages")
     turn = models.PositiveIntegerField(default=0)
     role = models.CharField(max_length=16, choices=Role.choices)
-    content = models.TextField(blank=True)
+    content = NulFreeTextField(blank=True)
     # Assistant messages: [{"id", "name", "arguments"}] with arguments as the model's JSON text.
-    tool_calls = models.JSONField(default=list, blank=True)
+    tool_calls = NulFreeJSONField(default=list, blank=True)
     # Tool messages: which call this answers, and whether the answer is a refusal or error.
-    tool_call_id = models.CharField(max_length=128, blank=True, db_index=True)
-    tool_name = models.CharField(max_length=64, blank=True)
+    tool_call_id = NulFreeTextField(blank=True)
+    # Whatever name the model wrote, even one no tool has (its result then says so).
+    tool_name = NulFreeTextField(blank=True)
     is_error = models.BooleanField(default=False)
     created = models.DateTimeField(auto_now_add=True)
 
@@ -62,7 +73,8 @@ class Message(models.Model):
         constraints = [
             # Engine invariant 1 (docs/architecture.md): at most one result per tool call.
             models.UniqueConstraint(
-                fields=["session", "tool_call_id"],
+                F("session"),
+                MD5("tool_call_id"),
                 condition=models.Q(role="tool"),
                 name="one_result_per_tool_call",
             )
@@ -78,7 +90,7 @@ class Artifact(models.Model):
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="artifacts")
     artifact_id = models.CharField(max_length=64)
     kind = models.CharField(max_length=32)
-    data = models.JSONField()
+    data = NulFreeJSONField()
     origin = models.CharField(max_length=64, help_text="tool:<name> or client:<context type>")
     message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL)
     created = models.DateTimeField(auto_now_add=True)
@@ -99,9 +111,9 @@ class Pause(models.Model):
     `pending` exactly once, by a conditional update (docs/architecture.md, "Engine invariants").
     """
 
-    tool_call_id = models.CharField(max_length=128)
+    tool_call_id = NulFreeTextField()
     tool_name = models.CharField(max_length=64)
-    arguments = models.JSONField(default=dict)
+    arguments = NulFreeJSONField(default=dict)
     decided_at = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
@@ -150,7 +162,7 @@ class PendingDecision(Pause):
     )
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="pending_decisions")
     # The declaration as registered when the call was made: the answer is validated against it.
-    result_schema = models.JSONField(default=dict)
+    result_schema = NulFreeJSONField(default=dict)
     status = models.CharField(
         max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True
     )
@@ -169,7 +181,7 @@ class ClientToolRegistration(models.Model):
     session = models.ForeignKey(
         ChatSession, on_delete=models.CASCADE, related_name="client_tool_registrations"
     )
-    tools = models.JSONField(default=list)
+    tools = NulFreeJSONField(default=list)
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -1,0 +1,82 @@
+"""What real servers, models and browsers send, stored on PostgreSQL as on SQLite: call ids of
+thousands of characters, tool names no tool has, NUL characters. SQLite accepts all of them;
+PostgreSQL refused each one before its fix."""
+
+import asyncio
+import base64
+import os
+
+import pytest
+
+from tests.chat.helpers import history_is_valid
+from tests.client_tools import LOCATION
+from tests.scale.client import is_invoke, tab
+from tests.scale.data import stored_history
+
+pytestmark = pytest.mark.asyncio
+
+
+def long_call_id() -> str:
+    """A call id as LiteLLM sends for Gemini: the id with a thought signature glued on
+    (4,572 characters were observed in the wild)."""
+    signature = base64.b64encode(os.urandom(3400)).decode()
+    return f"call_{os.urandom(16).hex()}__thought__{signature}"
+
+
+async def test_call_ids_and_names_of_any_length_keep_the_session_working(
+    cluster, scale_api, fake_llm
+):
+    a, b = cluster.daphnes
+    session = await asyncio.to_thread(scale_api.session_create, a.url, allow_backend_tools=True)
+    first, second = long_call_id(), long_call_id()
+    fake_llm.reply_tool_calls([(first, "list_classes", {}), (second, "x" * 300, {})])
+    fake_llm.reply_text("Listed.")
+    out = await asyncio.to_thread(scale_api.say, a.url, session, "classes?")
+    assert out.names()[-1] == "turn_end" and "error" not in out.names()
+    assert out.message["content"] == "Listed."
+
+    fake_llm.reply_text("Again.")
+    again = await asyncio.to_thread(scale_api.say, b.url, session, "and again")
+    assert again.message["content"] == "Again."
+    fed = fake_llm.requests[-1]["messages"]
+    assert [
+        c["id"] for m in fed if m["role"] == "assistant" for c in m.get("tool_calls") or []
+    ] == [
+        first,
+        second,
+    ]
+    assert [m["tool_call_id"] for m in fed if m["role"] == "tool"] == [first, second]
+    assert history_is_valid(stored_history(cluster, session))
+
+
+async def test_nul_characters_from_a_user_a_model_and_a_page_are_stored(
+    cluster, scale_api, fake_llm
+):
+    a, b = cluster.daphnes
+    session = await asyncio.to_thread(scale_api.session_create, a.url, allow_backend_tools=True)
+    fake_llm.reply_tool_calls([("nul1", "location_get", {})], text="Let me\x00 look.")
+    fake_llm.reply_text("Found\x00 you.")
+    async with tab(b.url, scale_api, session, [LOCATION]) as holder:
+        turn = asyncio.create_task(
+            asyncio.to_thread(
+                scale_api.stream,
+                a.url,
+                f"/api/sessions/{session}/message/stream",
+                {
+                    "text": "where\x00 am I?",
+                    "contexts": [{"type": "position", "data": {"label\x00": "here\x00"}}],
+                },
+            )
+        )
+        invoke = (await holder.until(is_invoke))[-1]
+        await holder.answer(invoke, {"status": "DECLINED", "message": "not\x00 now"})
+        out = await turn
+
+    assert out.status == 200 and "error" not in out.names()
+    assert out.message["content"] == "Found\ufffd you."
+    contents = [m["content"] for m in await asyncio.to_thread(scale_api.messages, b.url, session)]
+    assert contents[0] == "where\ufffd am I?"
+    ((data,),) = cluster.sql(
+        "SELECT data FROM chat_artifact WHERE session_id = %s AND kind = 'position'", (session,)
+    )
+    assert data == {"label\ufffd": "here\ufffd"}
