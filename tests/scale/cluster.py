@@ -380,6 +380,9 @@ class ScaleCluster:
         return "\n".join(f"--- Daphne {d.name}\n{d.log()[-3000:]}" for d in self.daphnes)
 
     def stop(self) -> None:
+        for daphne in self.daphnes:  # all at once: each may take a moment to close
+            if daphne.alive:
+                daphne.process.terminate()
         for daphne in self.daphnes:
             daphne.stop()
         if self.redis is not None:
