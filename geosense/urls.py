@@ -4,9 +4,11 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from geosense.accounts.login import login_view
+from geosense.health import healthz
 
 urlpatterns = [
     path("", RedirectView.as_view(url="/chat/", permanent=False)),
+    path("healthz", healthz, name="healthz"),
     path("accounts/login/", login_view, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     # The admin's login is the throttled one (geosense/accounts/login.py).
