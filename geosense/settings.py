@@ -152,7 +152,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Where `collectstatic` gathers the files the proxy serves at /static/ (relative: to the checkout).
+STATIC_ROOT = BASE_DIR / (os.environ.get("STATIC_ROOT") or "staticfiles")
 
 # Request bodies of the JSON API are small; a larger one is refused before parsing.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024

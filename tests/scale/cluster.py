@@ -8,6 +8,8 @@
 - `DaphneProcess`: one Daphne running GeoSense with the environment it is given; it can be
   killed (any signal) and started again on the same port.
 - `ScaleCluster`: all of them together, migrated and seeded, with N Daphne processes.
+- `NginxProxy`: Debian's nginx with the repository's deploy/nginx/geosense-locations.conf in
+  front of those processes, serving the collected static files.
 
 `scale_missing()` names what is not installed, for the skip (or failure) message.
 """
@@ -72,7 +74,16 @@ def scale_missing() -> list[str]:
         missing.append(f"PostGIS for PostgreSQL {bindir.parent.name} (`postgresql-15-postgis-3`)")
     if shutil.which("redis-server") is None:
         missing.append("`redis-server`")
+    if nginx_binary() is None:
+        missing.append("`nginx`")
     return missing
+
+
+def nginx_binary() -> str | None:
+    """Debian's nginx lives in /usr/sbin, which is not on every user's PATH."""
+    if found := shutil.which("nginx"):
+        return found
+    return "/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -389,3 +400,95 @@ class ScaleCluster:
             self.redis.stop()
         if self.postgres is not None:
             self.postgres.stop()
+
+
+# --- nginx -----------------------------------------------------------------------------------
+
+LOCATIONS = BASE_DIR / "deploy" / "nginx" / "geosense-locations.conf"
+DEPLOYED_STATIC = "/srv/geosense/staticfiles/"
+
+NGINX_MAIN = """\
+{user}pid {root}/nginx.pid;
+error_log {root}/error.log warn;
+daemon off;
+events {{}}
+http {{
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    access_log {root}/access.log;
+    client_body_temp_path {root}/body;
+    proxy_temp_path {root}/proxy;
+    fastcgi_temp_path {root}/fastcgi;
+    uwsgi_temp_path {root}/uwsgi;
+    scgi_temp_path {root}/scgi;
+    upstream geosense {{
+        least_conn;
+{servers}
+        keepalive 32;
+    }}
+    map $http_upgrade $connection_upgrade {{
+        default upgrade;
+        "" "";
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        include {root}/geosense-locations.conf;
+    }}
+}}
+"""
+
+
+@dataclass
+class NginxProxy:
+    """nginx on a free loopback port in front of `upstreams`, with the deployed locations file
+    (only the static folder's path differs: `static_root`)."""
+
+    upstreams: list[int]
+    static_root: Path
+    port: int = 0
+    root: Path = field(init=False)
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> NginxProxy:
+        # World-readable: nginx's workers read the static files and run as another user.
+        self.root = Path(tempfile.mkdtemp(prefix="geosense-nginx-"))
+        self.root.chmod(0o755)
+        locations = LOCATIONS.read_text()
+        assert DEPLOYED_STATIC in locations
+        (self.root / "geosense-locations.conf").write_text(
+            locations.replace(DEPLOYED_STATIC, f"{self.static_root}/")
+        )
+        for _ in range(3):
+            self.port = free_port()
+            (self.root / "nginx.conf").write_text(
+                NGINX_MAIN.format(
+                    user="user root;\n" if os.geteuid() == 0 else "",
+                    root=self.root,
+                    port=self.port,
+                    servers="\n".join(f"        server 127.0.0.1:{p};" for p in self.upstreams),
+                )
+            )
+            self.process = subprocess.Popen(
+                [nginx_binary(), "-p", self.root, "-c", self.root / "nginx.conf"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                wait_for_port(self.port, self.process, "nginx")
+                return self
+            except RuntimeError:
+                continue
+        raise RuntimeError(f"nginx did not start:\n{self.log()}")
+
+    def log(self) -> str:
+        path = self.root / "error.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop(self.process, signal.SIGQUIT)  # graceful: workers finish their requests
+        shutil.rmtree(self.root, ignore_errors=True)
