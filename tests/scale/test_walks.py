@@ -157,3 +157,21 @@ async def test_a_deletion_through_one_process_is_seen_by_the_next_query_on_the_o
     assert victim not in {f["id"] for f in after["features"]}
     assert len(after["features"]) == len(before["features"]) - 1
     cluster.sql("UPDATE annotations_annotation SET deleted_at = NULL WHERE id = %s", (victim,))
+
+
+async def test_a_tab_idle_past_redis_client_timeouts_still_sees_the_next_turn(
+    cluster, scale_api, fake_llm
+):
+    """redis-py 8 cuts socket reads at 5 s by default, which tears down idle consumers on
+    channels_redis' core layer (channels_redis issue 422); the pub/sub layer never blocks on
+    a read that long."""
+    a, b = cluster.daphnes
+    session = await asyncio.to_thread(scale_api.session_create, a.url)
+    async with tab(b.url, scale_api, session) as watcher:
+        await asyncio.sleep(6)
+        fake_llm.reply_text("Still here.")
+        out = await asyncio.to_thread(scale_api.say, a.url, session, "hello again")
+        frames = await watcher.until(is_turn_end)
+
+    assert out.message["content"] == "Still here."
+    assert events_of(frames) == out.names()
