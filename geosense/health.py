@@ -27,8 +27,9 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
+from geosense.wire import health_ping_message
+
 CHECK_TIMEOUT = 3.0
-PING = "healthz.ping"
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ async def _channel_layer() -> dict[str, Any]:
             probe.channel = await layer.new_channel(prefix="healthz.")
         token = uuid.uuid4().hex
         try:
-            await layer.send(probe.channel, {"type": PING, "token": token})
+            await layer.send(probe.channel, health_ping_message(token))
             while (await layer.receive(probe.channel)).get("token") != token:
                 pass  # the answer to an earlier check that gave up waiting
         except BaseException:

@@ -3,7 +3,8 @@
 Three wires, described for users in docs/protocol.md:
 - **socket frames** between the page and the consumer of `/ws/chat/`;
 - **channel-layer messages** between the turn engine and the consumer that holds a socket
-  (`client.tool.*`) and from the engine to a session's sockets (`turn.event`);
+  (`client.tool.*`), from the engine to a session's sockets (`turn.event`), and from
+  `/healthz` to its own process (`health.ping`);
 - **turn events**, the same on the SSE stream of `…/message/stream` and in `event` frames.
 
 Each shape is a `TypedDict` here, and every frame and message is built by a function here, so
@@ -263,6 +264,7 @@ CLIENT_TOOL_ANSWER = "client.tool.answer"
 CLIENT_TOOL_FORGET = "client.tool.forget"
 TURN_EVENT = "turn.event"
 AUTH_REVOKED = "auth.revoked"
+HEALTH_PING = "health.ping"
 
 
 class ClientToolInvokeMessage(TypedDict):
@@ -361,6 +363,17 @@ def client_tool_forget_message(correlation_id: str) -> ClientToolForgetMessage:
 
 def turn_event_message(event: TurnEvent) -> TurnEventMessage:
     return TurnEventMessage(type=TURN_EVENT, event=event.event, data=event.data)
+
+
+class HealthPingMessage(TypedDict):
+    """`/healthz` → its own process, through the layer (and Redis): the round-trip check."""
+
+    type: Literal["health.ping"]
+    token: str
+
+
+def health_ping_message(token: str) -> HealthPingMessage:
+    return HealthPingMessage(type=HEALTH_PING, token=token)
 
 
 # --- socket frames: page → server -----------------------------------------------------------

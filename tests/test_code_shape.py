@@ -33,6 +33,7 @@ WIRE_TYPES = (
     "client.tool.answer",
     "client.tool.forget",
     "turn.event",
+    "health.ping",
 )
 
 
