@@ -2,7 +2,10 @@
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import MD5
+
+from geosense.fields import NulFreeTextField
 
 
 class ApiToken(models.Model):
@@ -45,6 +48,8 @@ class CreditCharge(models.Model):
 
     A charge is keyed by the stored call, the session and the call's id within it: a model's
     call id alone is unique only inside one session (servers that send none get `call_0`).
+    Call ids are stored whole (some servers send thousands of characters), so the key is on
+    the id's MD5: a B-tree row on PostgreSQL holds at most 2,704 bytes.
     """
 
     user = models.ForeignKey(
@@ -52,7 +57,7 @@ class CreditCharge(models.Model):
     )
     amount = models.PositiveIntegerField()
     session_id = models.CharField(max_length=64)
-    tool_call_id = models.CharField(max_length=128)
+    tool_call_id = NulFreeTextField()
     tool_name = models.CharField(max_length=64)
     created = models.DateTimeField(auto_now_add=True)
 
@@ -60,7 +65,7 @@ class CreditCharge(models.Model):
         ordering = ["-created"]
         constraints = [
             models.UniqueConstraint(
-                fields=["session_id", "tool_call_id"], name="one_charge_per_stored_call"
+                F("session_id"), MD5("tool_call_id"), name="one_charge_per_stored_call"
             )
         ]
 

@@ -11,7 +11,7 @@ import pytest
 from tests.chat.helpers import history_is_valid
 from tests.client_tools import LOCATION
 from tests.scale.client import is_invoke, tab
-from tests.scale.data import stored_history
+from tests.scale.data import balance, first_pool, stored_history
 
 pytestmark = pytest.mark.asyncio
 
@@ -47,6 +47,30 @@ async def test_call_ids_and_names_of_any_length_keep_the_session_working(
     ]
     assert [m["tool_call_id"] for m in fed if m["role"] == "tool"] == [first, second]
     assert history_is_valid(stored_history(cluster, session))
+
+
+async def test_a_paid_call_with_a_long_id_is_approved_and_charged_once(
+    cluster, scale_api, fake_llm
+):
+    a, b = cluster.daphnes
+    session = await asyncio.to_thread(scale_api.session_create, a.url, allow_backend_tools=True)
+    call_id = long_call_id()
+    fake_llm.reply_tool_calls(
+        [(call_id, "similarity_search", {"samples": [{"id": first_pool(cluster)}]})]
+    )
+    approval = (await asyncio.to_thread(scale_api.say, a.url, session, "similar?")).message[
+        "pending_approval"
+    ]
+    before = balance(cluster)
+    fake_llm.reply_text("Found.")
+    resumed = await asyncio.to_thread(
+        scale_api.resume, b.url, session, {"approval": approval["id"], "decision": "approve"}
+    )
+    assert resumed.message["content"] == "Found."
+    assert balance(cluster) == before - approval["cost_credits"]
+    assert cluster.sql(
+        "SELECT count(*) FROM accounts_creditcharge WHERE tool_call_id = %s", (call_id,)
+    ) == [(1,)]
 
 
 async def test_nul_characters_from_a_user_a_model_and_a_page_are_stored(
