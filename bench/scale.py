@@ -28,6 +28,7 @@ import asyncio
 import http.client
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -74,7 +75,9 @@ class ScriptedModel(FakeOpenAI):
     a user's message gets a `list_classes` call, a tool result gets a ten-chunk answer. A
     queued response (the events bench) still comes first."""
 
-    def next_response(self, body: dict[str, Any]) -> Response:
+    def next_response(
+        self, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> Response:
         with self._lock:
             if self._queue:
                 return self._queue.popleft()
@@ -231,7 +234,14 @@ async def events_per_second(turn_port: int, tab_port: int, token: str, session: 
         streaming = asyncio.create_task(asyncio.to_thread(turn))
         times = []
         while True:
-            frame = json.loads(await ws.recv())
+            # turn_end itself may be dropped: once the stream is over, a quiet second ends it.
+            try:
+                raw = await asyncio.wait_for(ws.recv(), timeout=1)
+            except TimeoutError:
+                if streaming.done():
+                    break
+                continue
+            frame = json.loads(raw)
             if frame.get("event") == "text_delta":
                 times.append(time.perf_counter())
             if frame.get("event") == "turn_end":
@@ -368,6 +378,8 @@ def main() -> None:
         return
 
     only = set(args.only.split(","))
+    # A plain `kill` still stops the servers this run started (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     bench = Bench(Path(tempfile.mkdtemp(prefix="geosense-bench-scale-")))
     try:
         print(f"cores: {os.cpu_count()}, load average before: {os.getloadavg()[0]:.2f}")

@@ -1,6 +1,7 @@
-"""What real servers, models and browsers send, stored on PostgreSQL as on SQLite: call ids of
-thousands of characters, tool names no tool has, NUL characters. SQLite accepts all of them;
-PostgreSQL refused each one before its fix."""
+"""PostgreSQL as GeoSense uses it. What real servers, models and browsers send is stored as on
+SQLite: call ids of thousands of characters, tool names no tool has, NUL characters (SQLite
+accepts them all; PostgreSQL refused each one before its fix). And connections follow the
+load: none stays open after the requests and turns that used it."""
 
 import asyncio
 import base64
@@ -104,3 +105,24 @@ async def test_nul_characters_from_a_user_a_model_and_a_page_are_stored(
         "SELECT data FROM chat_artifact WHERE session_id = %s AND kind = 'position'", (session,)
     )
     assert data == {"label\ufffd": "here\ufffd"}
+
+
+async def test_turns_and_requests_leave_no_database_connection_open(cluster, scale_api, fake_llm):
+    """CONN_MAX_AGE = 0 (settings.py): a request's connection closes at its end, and a turn
+    task's when the turn ends, so PostgreSQL's connections follow the load, not its history."""
+    a, b = cluster.daphnes
+    session = await asyncio.to_thread(scale_api.session_create, a.url, allow_backend_tools=True)
+    for n in range(3):
+        fake_llm.reply_tool_calls([(f"conn{n}", "list_classes", {})])
+        fake_llm.reply_text("Listed.")
+        out = await asyncio.to_thread(scale_api.say, (a, b)[n % 2].url, session, "classes?")
+        assert out.message["content"] == "Listed."
+        await asyncio.to_thread(scale_api.messages, (a, b)[n % 2].url, session)
+
+    open_connections = "SELECT count(*) FROM pg_stat_activity WHERE datname = 'geosense' AND pid <> pg_backend_pid()"
+    deadline = asyncio.get_running_loop().time() + 5
+    while cluster.sql(open_connections) != [(0,)]:
+        assert asyncio.get_running_loop().time() < deadline, cluster.sql(
+            "SELECT application_name, state, query FROM pg_stat_activity WHERE datname = 'geosense'"
+        )
+        await asyncio.sleep(0.2)
