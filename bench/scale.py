@@ -357,6 +357,10 @@ def turns(bench: Bench, processes: int, users: int, seconds: float) -> dict:
         "p99_ms": latencies[min(len(latencies) - 1, round(0.99 * (len(latencies) - 1)))] * 1000,
         "errors": result["errors"],
         "cpu_share": {name: value / result["seconds"] for name, value in used.items()},
+        # What a turn costs, whatever else the machine runs: the ceiling of a core count.
+        "cpu_ms_per_turn": {
+            name: value * 1000 / max(1, result["turns"]) for name, value in used.items()
+        },
     }
 
 
@@ -415,10 +419,12 @@ def main() -> None:
             for processes in (int(p) for p in args.processes.split(",")):
                 row = turns(bench, processes, args.users, args.seconds)
                 shares = ", ".join(f"{k} {v:.2f}" for k, v in row["cpu_share"].items())
+                per_turn = ", ".join(f"{k} {v:.0f}" for k, v in row["cpu_ms_per_turn"].items())
                 print(
                     f"  {processes} process(es): {row['turns_per_second']:6.1f} turns/s"
                     f"  p50 {row['p50_ms']:6.0f} ms  p99 {row['p99_ms']:6.0f} ms"
-                    f"  errors {row['errors']}  cores busy: {shares}"
+                    f"  errors {row['errors']}\n      cores busy: {shares}\n"
+                    f"      CPU ms per turn: {per_turn}"
                 )
     finally:
         bench.close()
