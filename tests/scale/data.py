@@ -1,5 +1,8 @@
-"""Reads of the cluster's database that the scale tests check what they see against."""
+"""Reads of the cluster's database that the scale tests check what they see against, and the
+one arrangement several of them share (a paid call waiting for its approval)."""
 
+from tests.fakes.fake_openai import FakeOpenAI
+from tests.scale.client import Api
 from tests.scale.cluster import ScaleCluster
 
 
@@ -32,3 +35,14 @@ def stored_history(cluster: ScaleCluster, session: str) -> list[dict]:
         elif role == "tool":
             history.append({"role": role, "tool_call_id": call_id})
     return history
+
+
+def paid_call_paused(
+    cluster: ScaleCluster, api: Api, fake: FakeOpenAI, *, base: str, call_id: str
+) -> tuple[str, dict]:
+    """A new session on the process at `base` whose model called the paid similarity_search:
+    the session and the call's pending approval (reason `credits`)."""
+    session = api.session_create(base, allow_backend_tools=True)
+    sample = {"samples": [{"id": first_pool(cluster)}]}
+    fake.reply_tool_calls([(call_id, "similarity_search", sample)])
+    return session, api.say(base, session, "pools like this one?").message["pending_approval"]

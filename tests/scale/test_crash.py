@@ -12,7 +12,7 @@ from tests.chat.helpers import history_is_valid
 from tests.fakes.fake_openai import Pause, Text
 from tests.scale.client import tab
 from tests.scale.conftest import TURN_LEASE_SECONDS
-from tests.scale.data import first_pool, stored_history
+from tests.scale.data import paid_call_paused, stored_history
 
 pytestmark = pytest.mark.asyncio
 
@@ -24,15 +24,9 @@ async def test_a_process_killed_mid_turn_loses_nothing_and_frees_the_session_wit
 ):
     a, b = cluster.daphnes
     # A turn A paused earlier, waiting for its approval.
-    paused_session = await asyncio.to_thread(
-        scale_api.session_create, a.url, allow_backend_tools=True
+    paused_session, approval = await asyncio.to_thread(
+        paid_call_paused, cluster, scale_api, fake_llm, base=a.url, call_id="paid1"
     )
-    fake_llm.reply_tool_calls(
-        [("paid1", "similarity_search", {"samples": [{"id": first_pool(cluster)}]})]
-    )
-    approval = (await asyncio.to_thread(scale_api.say, a.url, paused_session, "similar?")).message[
-        "pending_approval"
-    ]
 
     # A turn running on A: one call answered and stored, then the model stalls mid-answer.
     session = await asyncio.to_thread(scale_api.session_create, a.url, allow_backend_tools=True)

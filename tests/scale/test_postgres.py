@@ -12,7 +12,7 @@ import pytest
 from tests.chat.helpers import history_is_valid
 from tests.client_tools import LOCATION
 from tests.scale.client import is_invoke, tab
-from tests.scale.data import balance, first_pool, stored_history
+from tests.scale.data import balance, paid_call_paused, stored_history
 
 pytestmark = pytest.mark.asyncio
 
@@ -54,14 +54,10 @@ async def test_a_paid_call_with_a_long_id_is_approved_and_charged_once(
     cluster, scale_api, fake_llm
 ):
     a, b = cluster.daphnes
-    session = await asyncio.to_thread(scale_api.session_create, a.url, allow_backend_tools=True)
     call_id = long_call_id()
-    fake_llm.reply_tool_calls(
-        [(call_id, "similarity_search", {"samples": [{"id": first_pool(cluster)}]})]
+    session, approval = await asyncio.to_thread(
+        paid_call_paused, cluster, scale_api, fake_llm, base=a.url, call_id=call_id
     )
-    approval = (await asyncio.to_thread(scale_api.say, a.url, session, "similar?")).message[
-        "pending_approval"
-    ]
     before = balance(cluster)
     fake_llm.reply_text("Found.")
     resumed = await asyncio.to_thread(

@@ -9,7 +9,7 @@ import pytest
 
 from tests.client_tools import LOCATION, PICK
 from tests.scale.client import events_of, is_invoke, is_turn_end, tab
-from tests.scale.data import balance, first_pool
+from tests.scale.data import balance, first_pool, paid_call_paused
 
 pytestmark = pytest.mark.asyncio
 
@@ -39,12 +39,9 @@ async def test_an_approval_paused_on_one_process_is_approved_on_the_other(
     cluster, scale_api, fake_llm
 ):
     a, b = cluster.daphnes
-    session = await asyncio.to_thread(scale_api.session_create, a.url, allow_backend_tools=True)
-    fake_llm.reply_tool_calls(
-        [("sim1", "similarity_search", {"samples": [{"id": first_pool(cluster)}]})]
+    session, approval = await asyncio.to_thread(
+        paid_call_paused, cluster, scale_api, fake_llm, base=a.url, call_id="sim1"
     )
-    paused = await asyncio.to_thread(scale_api.say, a.url, session, "pools like this one?")
-    approval = paused.message["pending_approval"]
     assert approval["reasons"] == ["credits"]
     before = balance(cluster)
 
@@ -107,13 +104,9 @@ async def test_two_concurrent_resumes_on_two_processes_run_once_and_charge_once(
     cluster, scale_api, fake_llm
 ):
     a, b = cluster.daphnes
-    session = await asyncio.to_thread(scale_api.session_create, a.url, allow_backend_tools=True)
-    fake_llm.reply_tool_calls(
-        [("race1", "similarity_search", {"samples": [{"id": first_pool(cluster)}]})]
+    session, approval = await asyncio.to_thread(
+        paid_call_paused, cluster, scale_api, fake_llm, base=a.url, call_id="race1"
     )
-    approval = (await asyncio.to_thread(scale_api.say, a.url, session, "similar?")).message[
-        "pending_approval"
-    ]
     before = balance(cluster)
     fake_llm.reply_text("Found them.")
     fake_llm.reply_text("A second answer nobody should ask for.")
