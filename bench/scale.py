@@ -28,6 +28,7 @@ import asyncio
 import http.client
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -141,6 +142,7 @@ class Bench:
         self.redis.stop()
         self.postgres.stop()
         self.model.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 # --- client-tool round trip -------------------------------------------------------------------
