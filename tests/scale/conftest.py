@@ -1,8 +1,9 @@
 """Fixtures of the scale tests: one PostgreSQL + PostGIS cluster, one Redis and two Daphne
 processes for the whole test session (see tests/scale/cluster.py).
 
-Every test in this folder gets the `scale` marker. Without PostgreSQL, PostGIS or redis-server
-they are skipped with the reason, or fail when `GEOSENSE_REQUIRE_SCALE=1` (CI).
+Every test in this folder gets the `scale` marker. Without PostgreSQL, PostGIS, redis-server or
+nginx they are skipped with the reason, or fail when `GEOSENSE_REQUIRE_SCALE=1` (CI). A failing
+test's report ends with the tail of each Daphne process's log.
 """
 
 import os
@@ -24,6 +25,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.is_relative_to(HERE):
             item.add_marker(pytest.mark.scale)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    report = yield
+    cluster = item.funcargs.get("cluster") if hasattr(item, "funcargs") else None
+    if report.failed and isinstance(cluster, ScaleCluster):
+        report.sections.append(("Daphne logs", cluster.logs()))
+    return report
 
 
 def scale_required_or_skip() -> None:
@@ -74,7 +84,7 @@ def scale_api(scale_cluster: ScaleCluster) -> Api:
 
 @pytest.fixture
 def cluster(scale_cluster: ScaleCluster, fake_llm: FakeOpenAI) -> Iterator[ScaleCluster]:
-    """The cluster with the fake model reset, every process running; on failure, the logs."""
+    """The cluster with the fake model reset and every process running."""
     for daphne in scale_cluster.daphnes:
         if not daphne.alive:  # a test killed it
             daphne.start()
