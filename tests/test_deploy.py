@@ -5,11 +5,17 @@ with what the app reads; nginx checks the nginx files itself in tests/scale/test
 """
 
 import configparser
+import os
 import re
+import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
+from django.conf import settings
 
+from geosense.headers import csp_header
 from tests.setup.test_env_example import documented
 
 BASE_DIR = Path(__file__).resolve().parents[1]
@@ -106,3 +112,39 @@ def test_the_production_environment_file_names_only_documented_variables():
     assert env["DEBUG"] == "0"
     assert env["DATABASE_URL"].startswith("postgres://")
     assert env["REDIS_URL"].startswith("redis://")
+
+
+def test_check_deploy_is_clean_with_the_production_environment_file(tmp_path):
+    keep = ("PATH", "HOME", "LANG", "TMPDIR")
+    env = {name: value for name, value in os.environ.items() if name in keep}
+    env.update(env_file(DEPLOY / "geosense.env.example"))
+    env.update(
+        SECRET_KEY=secrets.token_urlsafe(50),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",  # the check opens no connection
+        GEOSENSE_ENV_FILE="",
+    )
+
+    checked = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+    assert "System check identified no issues" in checked.stdout
+
+
+def test_nginx_sends_the_apps_content_security_policy_with_static_files():
+    static = (
+        (DEPLOY / "nginx" / "geosense-locations.conf").read_text().split("location /static/")[1]
+    )
+    static = static.split("}")[0]
+
+    assert (
+        f'add_header Content-Security-Policy "{csp_header(settings.GEOSENSE_CSP)}" always;'
+        in static
+    )
+    assert "add_header X-Content-Type-Options nosniff always;" in static

@@ -69,16 +69,19 @@ def scale_cluster(
 
 USER_SETUP = """
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from geosense.accounts.services import api_token_create, credit_set
 user = get_user_model().objects.create_user("scale")
 credit_set(user=user, balance=1000)
+user.user_permissions.add(Permission.objects.get(codename="delete_annotation"))
 print(api_token_create(user=user))
 """
 
 
 @pytest.fixture(scope="session")
 def scale_api(scale_cluster: ScaleCluster) -> Api:
-    """The HTTP API of a user with 1,000 credits, usable against any process of the cluster."""
+    """The HTTP API of a user with 1,000 credits who curates the annotations (may delete),
+    usable against any process of the cluster."""
     return Api(token=scale_cluster.shell(USER_SETUP).strip().splitlines()[-1])
 
 

@@ -171,9 +171,13 @@ async def test_a_socket_upgrades_through_nginx_and_serves_a_client_tool(
 
 
 def test_static_files_come_from_nginx_not_from_daphne(cluster, proxy):
+    with urllib.request.urlopen(cluster.daphnes[0].url + "/healthz", timeout=10) as response:
+        apps_policy = response.headers["Content-Security-Policy"]
     with urllib.request.urlopen(proxy.url + "/static/geosense/app.css", timeout=10) as response:
         assert response.status == 200
         assert response.headers.get_content_type() == "text/css"
+        assert response.headers["Content-Security-Policy"] == apps_policy
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
         assert response.read() == (BASE_DIR / "static/geosense/app.css").read_bytes()
     with pytest.raises(urllib.error.HTTPError) as direct:  # DEBUG is off: Daphne serves none
         urllib.request.urlopen(cluster.daphnes[0].url + "/static/geosense/app.css", timeout=10)
