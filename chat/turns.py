@@ -26,7 +26,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from geosense import wire
-from geosense.annotations.selectors import annotation_counts
+from geosense.annotations.selectors import annotation_overview
 from tools import client as client_tools
 from tools.registry import (
     BackendTool,
@@ -378,12 +378,13 @@ class TurnRunner:
         return await in_thread(selectors.client_toolset_of_session)(session_id=self.session_id)
 
     async def _history(self) -> tuple[list[dict[str, Any]], AgentContext]:
-        overview = await in_thread(annotation_counts)()
+        overview = await in_thread(annotation_overview)()
         history = await in_thread(selectors.llm_history)(session_id=self.session_id)
         request = await in_thread(selectors.user_request_latest)(session_id=self.session_id)
+        prompt = system_prompt(overview=overview.counts, shapes=overview.shapes)
         return (
-            [{"role": "system", "content": system_prompt(overview=overview)}, *history],
-            AgentContext(overview=overview, request=request),
+            [{"role": "system", "content": prompt}, *history],
+            AgentContext(overview=overview.counts, shapes=overview.shapes, request=request),
         )
 
     async def _ask(
@@ -589,12 +590,15 @@ class TurnRunner:
             if t.name in tool_names and t.read_only and not t.destructive and not t.cost_credits
         ]
         by_name = {t.name: t for t in tools}
-        overview = await in_thread(annotation_counts)()
+        overview = await in_thread(annotation_overview)()
+        prompt = system_prompt(overview=overview.counts, shapes=overview.shapes)
         history: list[dict[str, Any]] = [
-            {"role": "system", "content": system_prompt(overview=overview)},
+            {"role": "system", "content": prompt},
             {"role": "user", "content": instructions},
         ]
-        context = AgentContext(overview=overview, request=UserRequest(text=instructions))
+        context = AgentContext(
+            overview=overview.counts, shapes=overview.shapes, request=UserRequest(text=instructions)
+        )
         specs = [t.openai_spec() for t in tools]
         for _ in range(SUBTURN_MAX_STEPS):
             text, calls = await self._ask(history, specs, context, stream=False)

@@ -57,10 +57,12 @@ class UserRequest:
 @dataclass(frozen=True)
 class AgentContext:
     """What the engine knows as data beside the history the model reads as text: the live
-    annotations per class and the request the turn answers. An LLM reads both in its messages;
-    an agent that is code (the local one) reads them here, never parsed back out of text."""
+    annotations per class, each class's shape ("point", "line", "polygon" or "mixed": what can
+    be measured) and the request the turn answers. An LLM reads them in its messages; an agent
+    that is code (the local one) reads them here, never parsed back out of text."""
 
     overview: Mapping[str, int] = field(default_factory=dict)
+    shapes: Mapping[str, str] = field(default_factory=dict)
     request: UserRequest = field(default_factory=lambda: UserRequest(text=""))
 
 

@@ -2,78 +2,31 @@
 
 It decides every step from what the engine stores (the request the turn answers, with its
 contexts and the dataset overview handed over as data, and the tool results after the request
-in the history), so a turn paused for an approval resumes in any process. It uses the same
-tools, blocks and approvals as an LLM would, and streams its text in small deltas.
+in the history), so a turn paused for an approval resumes in any process. It reads the request
+with `local_reading` (tolerant of wording), uses the same tools, blocks and approvals as an LLM
+would, streams its text in small deltas, and words every answer for a person: class names as
+words ("solar panels"), counts that agree ("1 tree"), and failures without the technical text
+that the tool results carry for a model.
 """
 
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from geosense.annotations.classes import class_match
+from chat.markup import Answer, Response, parse_message
+from tools.client import UNREACHABLE, WENT_AWAY
 
+from . import local_reading as reading
 from .base import AgentChunk, AgentContext, TextDelta, Thinking, ToolCallRequest, UserRequest
-
-ANSWER_RE = re.compile(
-    r'<answer\s+question="(?P<q>[^"]*)"(?:\s+question-option-index="(?P<i>\d+)")?\s*>(?P<msg>.*?)</answer>',
-    re.S,
-)
-RESPONSE_RE = re.compile(r"<response\b(?P<attrs>[^>]*)>(?P<body>.*?)</response>", re.S)
-ATTR_RE = re.compile(r'([\w-]+)\s*=\s*"([^"]*)"')
-IDS_RE = r"(\d+(?:\s*(?:,|and|&)\s*\d+)*)"
-
-WITHIN_RE = re.compile(
-    r"(?P<src>[a-z]+)\s+(?:that\s+are\s+|which\s+are\s+|are\s+)?(?:within|closer\s+than|less\s+than)\s+"
-    r"(?P<d>\d+(?:\.\d+)?)\s*(?P<u>m|meters?|metres?|km|kilometers?|kilometres?)\s+(?:of|from|to)\s+"
-    r"(?:an?\s+|the\s+|any\s+)?(?P<tgt>[a-z]+)\b"
-)
-OVERLAP_RE = re.compile(
-    r"(?P<src>[a-z]+)\s+(?:that\s+)?overlap(?:s|ping)?\s+(?:with\s+)?(?:an?\s+|the\s+|any\s+)?(?P<tgt>[a-z]+)\b"
-)
-EXTREME_RE = re.compile(
-    r"\b(?P<which>largest|biggest|smallest|longest|shortest)\s+(?P<cls>[a-z]+)\b"
-)
-COUNT_RE = re.compile(r"\bhow\s+many\s+(?P<cls>[a-z]+)")
-SIMILAR_RE = re.compile(
-    r"\b(?P<cls>[a-z]+)\s+(?:that\s+are\s+|which\s+are\s+)?similar\s+to\s+(?:annotations?\s+)?"
-    + IDS_RE
-)
-DELETE_RE = re.compile(r"\b(?:delete|remove)\s+(?:the\s+)?(?:annotations?\s+|ids?\s+)?" + IDS_RE)
-FOCUS_RE = re.compile(
-    r"\b(?:focus\s+on|zoom\s+to|go\s+to|show\s+me)\s+(?:the\s+)?annotations?\s+" + IDS_RE
-)
-WHERE_RE = re.compile(r"\bwhere\s+am\s+i\b|\bmy\s+(?:location|position)\b")
-NEAR_ME_RE = re.compile(r"\b(?:near|close\s+to|around)\s+me\b|\bnearest\s+to\s+me\b")
-SEE_RE = re.compile(
-    r"\bwhat\s+(?:can|do)\s+i\s+see\b|\bwhat\s+am\s+i\s+looking\s+at\b|\bwhat(?:'s|\s+is)\s+(?:on|in)\s+(?:my\s+)?(?:view|screen|map)\b"
-)
-VIEW_RE = re.compile(r"\b(?:map\s+view|current\s+view|where\s+is\s+the\s+map)\b")
-SELECT_RE = re.compile(
-    r"\b(?:let\s+me\s+(?:pick|select|choose)|i\s+want\s+to\s+(?:pick|select|choose)|select\s+(?:some\s+)?annotations)\b"
-)
-AMBIGUOUS_RE = re.compile(
-    r"\b(?:big|large|huge|small|tiny)\s+ones\b|\bthe\s+(?:big|large)\s+(?:one|ones)\b"
-)
-HELP_RE = re.compile(r"^\s*(?:help|hi|hello|hey|what\s+can\s+you\s+do)\b")
 
 SEE_QUESTION_ID = "q-view"
 BIG_QUESTION_ID = "q-big"
 MAX_LOCATION_ATTEMPTS = 2  # one retry after PENDING at most
-
-CAPABILITIES = (
-    "I can answer these about the annotations on the map:\n"
-    "- counts: “how many trees are there?”\n"
-    "- distances: “show trees within 20 m of a house”\n"
-    "- overlaps: “pools overlapping a house”\n"
-    "- extremes: “which is the largest house?”, “the longest road”\n"
-    "- similarity: “find pools similar to 25”\n"
-    "- deletion: “delete annotation 12” (asks for your approval)\n"
-    "- the map: “what can I see?”, “focus on annotation 12”, “let me pick annotations”\n"
-    "- your location: “where am I?”, “what is near me?”"
-)
+CLARIFY_OPTIONS_MAX = 4
+ASK_PLACE = "Which place should I use instead? Name a street or an annotation id."
 
 
 @dataclass(frozen=True)
@@ -91,20 +44,18 @@ class Step:
 
 @dataclass(frozen=True)
 class Situation:
-    text: str  # the user's request, lower-cased, markup reduced to its meaning
-    raw: str
+    text: str  # what the user asks: an <answer>'s message, or the text as written
     request: UserRequest
+    answer: Answer | None
+    response: Response | None
     steps: list[Step]
-    overview: dict[str, int]
+    overview: Mapping[str, int]
+    shapes: Mapping[str, str]
     tools: frozenset[str]
     call_seq: int
 
     def calls(self, name: str) -> list[Step]:
         return [s for s in self.steps if s.name == name]
-
-
-def _ids(text: str) -> list[int]:
-    return [int(n) for n in re.findall(r"\d+", text)]
 
 
 def _json(text: str) -> dict[str, Any]:
@@ -119,7 +70,6 @@ def situation_read(
     history: list[dict[str, Any]], tools: list[dict[str, Any]], context: AgentContext
 ) -> Situation:
     last_user = max((i for i, m in enumerate(history) if m.get("role") == "user"), default=-1)
-    raw = context.request.text.strip()
     results = {
         m["tool_call_id"]: m.get("content")
         for m in history[last_user + 1 :]
@@ -138,32 +88,22 @@ def situation_read(
                     )
                 )
     names = frozenset(t["function"]["name"] for t in tools if t.get("type") == "function")
+    raw = context.request.text.strip()
+    user_blocks = parse_message(raw, artifacts={}, role="user")
+    answer = next((b for b in user_blocks if isinstance(b, Answer)), None)
+    response = next((b for b in user_blocks if isinstance(b, Response)), None)
     return Situation(
-        text=_meaning(raw).lower(),
-        raw=raw,
+        text=answer.message if answer is not None else raw,
         request=context.request,
+        answer=answer,
+        response=response,
         steps=steps,
         overview=dict(context.overview),
+        shapes=dict(context.shapes),
         tools=names,
         # Every call of the session so far, so the next call id is new in the whole history.
         call_seq=sum(len(m.get("tool_calls") or []) for m in history),
     )
-
-
-def _meaning(raw: str) -> str:
-    """An <answer> means its message; anything else is taken as written."""
-    answer = ANSWER_RE.search(raw)
-    if answer:
-        return answer["msg"].strip()
-    return raw
-
-
-def _class_of(word: str, overview: dict[str, int]) -> str | None:
-    return class_match(word, overview)
-
-
-def _num(value: float) -> str:
-    return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
 class LocalAgent:
@@ -192,55 +132,120 @@ def _call(s: Situation, name: str, arguments: dict[str, Any]) -> ToolCallRequest
     )
 
 
+# --- words -----------------------------------------------------------------------------------
+
+
+def label(category: str) -> str:
+    """A class as a word: "solar_panel" → "solar panel"."""
+    return " ".join(reading.words(category)) or category
+
+
+def plural(category: str) -> str:
+    *head, last = label(category).split(" ")
+    if last.endswith("y") and last[-2:-1] not in tuple("aeiou"):
+        last = last[:-1] + "ies"
+    elif last.endswith(("s", "sh", "ch", "x", "z")):
+        last += "es"
+    else:
+        last += "s"
+    return " ".join([*head, last])
+
+
+def noun(category: str, n: int) -> str:
+    return label(category) if n == 1 else plural(category)
+
+
+def counted(n: int, category: str) -> str:
+    """ "1 tree", "1,204 solar panels"."""
+    return f"{n:,} {noun(category, n)}"
+
+
+def a(category: str) -> str:
+    word = label(category)
+    return f"{'an' if word[:1] in tuple('aeiou') else 'a'} {word}"
+
+
+def listing(items: Iterable[str]) -> str:
+    """ "a", "a and b", "a, b and c"."""
+    items = list(items)
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _num(value: float) -> str:
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def _refs(ids: Iterable[int]) -> str:
+    return listing(f'<ref id="{i}" />' for i in ids)
+
+
+def _it(n: int) -> str:
+    return "it" if n == 1 else "them"
+
+
+def _by_count(s: Situation) -> list[str]:
+    return sorted(s.overview, key=lambda c: (-s.overview[c], c))
+
+
+def _measurable(s: Situation) -> list[str]:
+    """Classes with a size to compare (areas first, then lengths), most common first."""
+    ranked = _by_count(s)
+    return [c for c in ranked if s.shapes.get(c, "polygon") in ("polygon", "mixed")] + [
+        c for c in ranked if s.shapes.get(c) == "line"
+    ]
+
+
+# --- deciding --------------------------------------------------------------------------------
+
+
 def decide(s: Situation) -> Iterator[AgentChunk]:
     """The next step for this situation: text, or a thought and a tool call."""
-    answer = ANSWER_RE.search(s.raw)
-    if answer and answer["q"] == SEE_QUESTION_ID:
-        yield from _see_answered(s, answer["i"])
+    if s.answer is not None and s.answer.question_id == SEE_QUESTION_ID:
+        yield from _see_answered(s)
         return
-    response = RESPONSE_RE.search(s.raw)
-    if response:
-        yield from _similar_found(s, dict(ATTR_RE.findall(response["attrs"])))
+    if s.response is not None:
+        yield from _similar_found(s)
         return
-    text = s.text
-    for pattern, handler in (
-        (WITHIN_RE, _within),
-        (OVERLAP_RE, _overlap),
-        (SIMILAR_RE, _similar),
-        (DELETE_RE, _delete),
-        (FOCUS_RE, _focus),
-        (EXTREME_RE, _extreme),
-        (COUNT_RE, _count),
-    ):
-        match = pattern.search(text)
-        if match:
-            yield from handler(s, match)
-            return
-    if NEAR_ME_RE.search(text):
-        yield from _location(s, then_nearest=True)
-    elif WHERE_RE.search(text):
-        yield from _location(s, then_nearest=False)
-    elif SEE_RE.search(text):
-        yield TextDelta(
-            f'<question id="{SEE_QUESTION_ID}">\n'
-            "  <header>I'm not sure what you can see, let me take a look</header>\n"
-            '  <option message="Here\'s the viewport data." context="visibility position">Allow</option>\n'
-            '  <option message="No, I don\'t want to do that.">Deny</option>\n'
-            "</question>"
-        )
-    elif VIEW_RE.search(text):
-        yield from _map_view(s)
-    elif SELECT_RE.search(text):
-        yield from _select(s)
-    elif AMBIGUOUS_RE.search(text):
-        yield from _clarify(s)
-    elif HELP_RE.search(text):
-        yield TextDelta(CAPABILITIES)
-    else:
+    intent = reading.read(s.text, s.overview)
+    handler = _HANDLERS.get(type(intent))
+    if handler is None:
         yield TextDelta(
             "I'm the built-in local assistant, so I only understand a fixed set of requests. "
-            + CAPABILITIES
+            + _capabilities(s)
         )
+        return
+    yield from handler(s, intent)
+
+
+def _capabilities(s: Situation) -> str:
+    """What it can do, with examples from the classes of this dataset."""
+    ranked = _by_count(s) or ["tree", "house"]
+    first, second = ranked[0], (ranked[1] if len(ranked) > 1 else ranked[0])
+    areas = [c for c in _measurable(s) if s.shapes.get(c, "polygon") != "line"] or ["house"]
+    lines = [c for c in _measurable(s) if s.shapes.get(c) == "line"]
+    extremes = f"“which is the largest {label(areas[0])}?”"
+    if lines:
+        extremes += f", “the longest {label(lines[0])}”"
+    overlaps = (
+        f"“{plural(areas[1])} overlapping {a(areas[0])}”"
+        if len(areas) > 1
+        else f"“{plural(first)} overlapping {a(second)}”"
+    )
+    return (
+        "I can answer these about the annotations on the map:\n"
+        f"- counts: “how many {plural(first)} are there?”\n"
+        f"- distances: “{plural(first)} within 20 m of {a(second)}”, “{plural(first)} near "
+        f"{plural(second)}”\n"
+        f"- overlaps: {overlaps}\n"
+        f"- sizes: {extremes}, “the 3 smallest {plural(areas[0])}”\n"
+        f"- one annotation: “how big is annotation 12?”, “focus on annotation 12”\n"
+        f"- similarity: “find {plural(areas[0])} similar to 25”\n"
+        "- deletion: “delete annotation 12” (asks for your approval)\n"
+        "- the map: “what can I see?”, “let me pick annotations”\n"
+        "- your location: “where am I?”, “what is near me?”"
+    )
 
 
 def _declined(step: Step) -> bool:
@@ -248,57 +253,65 @@ def _declined(step: Step) -> bool:
     return "declined" in message or "set aside" in message
 
 
-def _failed(step: Step, doing: str) -> Iterator[AgentChunk]:
+def _why(step: Step) -> str:
+    """A failed call's reason as a person reads it (the result's text is the model's)."""
+    error = str(step.result.get("error", ""))
+    if error == WENT_AWAY:
+        return "the page closed or reloaded before it answered"
+    if error == UNREACHABLE:
+        return "I could not reach your browser"
+    if error.startswith("No answer from the client"):
+        return "your browser did not answer in time"
+    if error.startswith("The client refused"):
+        return "your browser could not do it"
+    if "already answered" in error:
+        return "I already asked several times in this turn"
+    if error.startswith(("Invalid arguments", "Refused before running")) or "internal error" in (
+        error
+    ):
+        if "credits" in error.lower():
+            return "there are not enough credits for it"
+        return "something went wrong on my side"
+    return error.rstrip(".") or "it did not work"
+
+
+def _failed(step: Step, doing: str) -> str:
     if _declined(step):
-        yield TextDelta(f"Understood, I did not {doing}.")
-    else:
-        yield TextDelta(f"I could not {doing}: {step.result.get('error')}")
+        return f"Understood, I did not {doing}."
+    return f"I could not {doing}: {_why(step)}."
 
 
-def _unknown_class(s: Situation, word: str) -> Iterator[AgentChunk]:
-    known = ", ".join(sorted(s.overview)) or "none"
-    yield TextDelta(f"There are no “{word}” annotations here. The classes are: {known}.")
+def _unknown_class(s: Situation, intent: reading.UnknownClass) -> Iterator[AgentChunk]:
+    known = listing(plural(c) for c in sorted(s.overview)) or "none yet"
+    yield TextDelta(
+        f"I don't see any “{intent.word}” here. The annotations on this map are {known}."
+    )
 
 
 # --- counts ----------------------------------------------------------------------------------
 
 
-def _count(s: Situation, match: re.Match[str]) -> Iterator[AgentChunk]:
-    word = match["cls"]
-    if word in {"annotations", "annotation", "things", "objects", "features", "shapes"}:
+def _count(s: Situation, intent: reading.Count) -> Iterator[AgentChunk]:
+    if intent.category is None:
         total = sum(s.overview.values())
-        parts = ", ".join(f"{n} {c}" for c, n in sorted(s.overview.items()))
-        yield TextDelta(f"There are {total} annotations: {parts}.")
+        parts = listing(counted(n, c) for c, n in sorted(s.overview.items()))
+        if total == 0:
+            yield TextDelta("There are no annotations on the map yet.")
+            return
+        yield TextDelta(f"There are {total:,} annotations: {parts}.")
         return
-    category = _class_of(word, s.overview)
-    if category is None:
-        yield from _unknown_class(s, word)
-        return
-    count = s.overview[category]
-    noun = category if count == 1 else _plural(category)
-    yield TextDelta(f"There {'is' if count == 1 else 'are'} {count} {noun}.")
-
-
-def _plural(word: str) -> str:
-    return word + ("es" if word.endswith(("s", "sh", "ch", "x")) else "s")
+    n = s.overview[intent.category]
+    yield TextDelta(f"There {'is' if n == 1 else 'are'} {counted(n, intent.category)}.")
 
 
 # --- spatial relations -----------------------------------------------------------------------
 
 
-def _metres(value: str, unit: str) -> float:
-    return float(value) * (1000.0 if unit.startswith("k") else 1.0)
-
-
-def _within(s: Situation, match: re.Match[str]) -> Iterator[AgentChunk]:
-    source, target = _class_of(match["src"], s.overview), _class_of(match["tgt"], s.overview)
-    if source is None or target is None:
-        yield from _unknown_class(s, match["src"] if source is None else match["tgt"])
-        return
-    distance = _metres(match["d"], match["u"])
+def _within(s: Situation, intent: reading.Within) -> Iterator[AgentChunk]:
+    source, target, distance = intent.source, intent.target, intent.distance_m
     done = s.calls("spatial_relation")
     if not done:
-        yield Thinking(f"Looking for {_plural(source)} within {_num(distance)} m of a {target}.")
+        yield Thinking(f"Looking for {plural(source)} within {_num(distance)} m of {a(target)}.")
         yield _call(
             s,
             "spatial_relation",
@@ -312,180 +325,260 @@ def _within(s: Situation, match: re.Match[str]) -> Iterator[AgentChunk]:
         return
     step = done[-1]
     if not step.ok:
-        yield from _failed(step, f"look for {_plural(source)} near {_plural(target)}")
+        yield TextDelta(_failed(step, f"look for {plural(source)} near {plural(target)}"))
         return
     artifact, count = step.result["artifact_id"], step.result["count"]
+    length = f'<distance value="{_num(distance)}" />'
+    assumed = f"I took “{intent.assumed}” to mean within {length}. " if intent.assumed else ""
     if count == 0:
-        yield TextDelta(
-            f'No {source} is within <distance value="{_num(distance)}" /> of a {target}.'
-        )
+        yield TextDelta(f"{assumed}No {label(source)} is within {length} of {a(target)}.")
         return
     yield TextDelta(
-        f'I found {count} {source if count == 1 else _plural(source)} within <distance value="{_num(distance)}" /> of a {target}.\n'
-        f'<tool type="highlight" data="${{{artifact}}}">{_plural(source).capitalize()} within <distance value="{_num(distance)}" /> of a {target}</tool>\n'
-        f'The closest is <ref id="${{{artifact}.ids.0}}" />, <size value="${{{artifact}.linkValues.0}}" /> from '
-        f'<ref id="${{{artifact}.links.0}}" />.'
+        f"{assumed}I found {counted(count, source)} within {length} of {a(target)}.\n"
+        f'<tool type="highlight" data="${{{artifact}}}">{plural(source).capitalize()} within '
+        f"{length} of {a(target)}</tool>\n"
+        f'The closest is <ref id="${{{artifact}.ids.0}}" />, '
+        f'<size value="${{{artifact}.linkValues.0}}" /> from <ref id="${{{artifact}.links.0}}" />.'
     )
 
 
-def _overlap(s: Situation, match: re.Match[str]) -> Iterator[AgentChunk]:
-    source, target = _class_of(match["src"], s.overview), _class_of(match["tgt"], s.overview)
-    if source is None or target is None:
-        yield from _unknown_class(s, match["src"] if source is None else match["tgt"])
-        return
+def _overlap(s: Situation, intent: reading.Overlap) -> Iterator[AgentChunk]:
+    source, target = intent.source, intent.target
     done = s.calls("spatial_relation")
     if not done:
-        yield Thinking(f"Looking for {_plural(source)} that overlap a {target}.")
+        yield Thinking(f"Looking for {plural(source)} that overlap {a(target)}.")
         yield _call(
             s, "spatial_relation", {"relation": "overlap", "source": source, "target": target}
         )
         return
     step = done[-1]
     if not step.ok:
-        yield from _failed(step, f"look for overlapping {_plural(source)}")
+        yield TextDelta(_failed(step, f"look for {plural(source)} overlapping {plural(target)}"))
         return
     artifact, count = step.result["artifact_id"], step.result["count"]
     if count == 0:
-        yield TextDelta(f"No {source} overlaps a {target}.")
+        yield TextDelta(f"No {label(source)} overlaps {a(target)}.")
         return
+    verb = "overlaps" if count == 1 else "overlap"
     yield TextDelta(
-        f"{count} {source if count == 1 else _plural(source)} overlap a {target}.\n"
-        f'<tool type="highlight" data="${{{artifact}}}">{_plural(source).capitalize()} overlapping a {target}</tool>'
+        f"{counted(count, source)} {verb} {a(target)}.\n"
+        f'<tool type="highlight" data="${{{artifact}}}">{plural(source).capitalize()} '
+        f"overlapping {a(target)}</tool>"
     )
 
 
-# --- extremes --------------------------------------------------------------------------------
+# --- sizes -----------------------------------------------------------------------------------
 
 
-def _extreme(s: Situation, match: re.Match[str]) -> Iterator[AgentChunk]:
-    which, word = match["which"], match["cls"]
-    category = _class_of(word, s.overview)
-    if category is None:
-        yield from _unknown_class(s, word)
+def _extreme(s: Situation, intent: reading.Extreme) -> Iterator[AgentChunk]:
+    category, which, n = intent.category, intent.which, intent.n
+    shape = s.shapes.get(category, "polygon")
+    if shape == "point":
+        others = [c for c in _measurable(s) if c != category]
+        hint = f", or ask for the largest {label(others[0])}" if others else ""
+        yield TextDelta(
+            f"{plural(category).capitalize()} are drawn as points, so they have no area or "
+            f"length to compare. I can count them or find them near other annotations "
+            f"(“{plural(category)} within 20 m of {a(others[0] if others else category)}”){hint}."
+        )
         return
-    by_length = which in {"longest", "shortest"}
+    by_length = which in ("longest", "shortest") or shape == "line"
+    descending = which in ("largest", "longest")
     measure = "length_m" if by_length else "area_m2"
-    descending = which in {"largest", "biggest", "longest"}
     done = s.calls("query_annotations")
     if not done:
-        yield Thinking(f"Finding the {which} {category}.")
+        yield Thinking(f"Finding the {_superlative(which, shape, n)} {noun(category, n)}.")
         yield _call(
             s,
             "query_annotations",
-            {"class": category, "order_by": ("-" if descending else "") + measure, "limit": 1},
+            {"class": category, "order_by": ("-" if descending else "") + measure, "limit": n},
         )
         return
     step = done[-1]
     if not step.ok:
-        yield from _failed(step, f"find the {which} {category}")
+        yield TextDelta(_failed(step, f"compare the {plural(category)}"))
         return
     rows = step.result.get("annotations") or []
     if not rows:
-        yield TextDelta(f"There is no {category} to compare.")
+        yield TextDelta(f"There is no {label(category)} to compare.")
         return
-    row = rows[0]
-    value = (
-        f'<distance value="{_num(row["length_m"])}" /> long'
-        if by_length
-        else f'an area of <area value="{_num(row["area_m2"])}" />'
+    yield TextDelta(_extreme_text(category, which, shape, rows))
+
+
+def _superlative(which: str, shape: str, n: int) -> str:
+    if shape == "line" and which in ("largest", "smallest"):
+        which = "longest" if which == "largest" else "shortest"
+    return which if n == 1 else f"{n} {which}"
+
+
+def _value(row: dict[str, Any], *, by_length: bool, perimeter: bool) -> str:
+    if not by_length:
+        return f'<area value="{_num(row["area_m2"])}" />'
+    length = f'<distance value="{_num(row["length_m"])}" />'
+    return f"{length} around" if perimeter else f"{length} long"
+
+
+def _extreme_text(category: str, which: str, shape: str, rows: list[dict[str, Any]]) -> str:
+    lines = shape == "line"
+    by_length = which in ("longest", "shortest") or lines
+    perimeter = by_length and not lines
+    word = _superlative(which, shape, 1)
+    note = ""
+    if lines and which in ("largest", "smallest"):
+        note = f"{plural(category).capitalize()} are lines, so I compared their lengths. "
+    elif perimeter:
+        note = f"{plural(category).capitalize()} are areas, so I compared their outlines. "
+    if len(rows) == 1:
+        row = rows[0]
+        ref = f'<ref id="{row["id"]}" />'
+        if not by_length:
+            return f"{note}The {word} {label(category)} is {ref}, with an area of {_value(row, by_length=False, perimeter=False)}."
+        if perimeter:
+            return f"{note}The {label(category)} with the {word} outline is {ref}, {_value(row, by_length=True, perimeter=True)}."
+        return f"{note}The {word} {label(category)} is {ref}, {_value(row, by_length=True, perimeter=False)}."
+    items = listing(
+        f'<ref id="{r["id"]}" /> ({_value(r, by_length=by_length, perimeter=perimeter)})'
+        for r in rows
     )
-    yield TextDelta(f'The {which} {category} is <ref id="{row["id"]}" />, with {value}.')
+    ids = json.dumps({"ids": [r["id"] for r in rows]})
+    heading = f"The {_superlative(which, shape, len(rows))} {plural(category)}"
+    return f"{note}{heading}: {items}.\n<tool type=\"highlight\" data='{ids}'>{heading}</tool>"
 
 
-def _clarify(s: Situation) -> Iterator[AgentChunk]:
+def _clarify(s: Situation, intent: reading.Ambiguous) -> Iterator[AgentChunk]:
+    """Options only for what can be answered: the largest of a class with areas, the longest
+    of a class of lines (one of them at least, when there is one); never a class of points."""
+    measurable = _measurable(s)
+    lines = [c for c in measurable if s.shapes.get(c) == "line"][:1]
+    areas = [c for c in measurable if c not in lines][: CLARIFY_OPTIONS_MAX - len(lines)]
     options = []
-    for category, noun in (
-        ("house", "houses"),
-        ("pool", "pools"),
-        ("road", "roads"),
-        ("tree", "trees"),
-    ):
-        if category in s.overview:
-            measure = "longest" if category == "road" else "largest"
-            options.append(
-                f'  <option message="Which is the {measure} {category}?">The {measure} {noun}</option>'
-            )
+    for category in areas + lines:
+        which = "longest" if category in lines else "largest"
+        options.append(
+            f'  <option message="Which is the {which} {label(category)}?">'
+            f"The {which} {label(category)}</option>"
+        )
+    if not options:
+        yield TextDelta(
+            "The annotations here are all points, so none is bigger than another. "
+            + _capabilities(s)
+        )
+        return
     options.append('  <option message="Never mind.">Neither</option>')
     yield TextDelta(
-        f'<question id="{BIG_QUESTION_ID}">\n  <header>Please clarify, which big ones do you mean?</header>\n'
-        + "\n".join(options)
-        + "\n</question>"
+        f'<question id="{BIG_QUESTION_ID}">\n'
+        "  <header>Which big ones do you mean?</header>\n" + "\n".join(options) + "\n</question>"
     )
+
+
+# --- one annotation --------------------------------------------------------------------------
+
+
+def _measure(s: Situation, intent: reading.Measure) -> Iterator[AgentChunk]:
+    done = s.calls("measure")
+    if not done:
+        yield Thinking(f"Measuring annotation {intent.id}.")
+        yield _call(s, "measure", {"id": intent.id})
+        return
+    step = done[-1]
+    if not step.ok:
+        yield TextDelta(_failed(step, f"measure annotation {intent.id}"))
+        return
+    m = step.result
+    ref, what = f'<ref id="{m["id"]}" />', a(str(m.get("class", "annotation")))
+    if m.get("area_m2"):
+        size = (
+            f'It has an area of <area value="{_num(m["area_m2"])}" /> and its outline is '
+            f'<distance value="{_num(m.get("perimeter_m") or m.get("length_m") or 0)}" /> long.'
+        )
+    elif m.get("length_m"):
+        size = f'It is <distance value="{_num(m["length_m"])}" /> long.'
+    else:
+        size = "It is a point, so it has no area or length."
+    centre = m.get("centroid") or {}
+    where = _latlon(centre.get("lat"), centre.get("lon"), 50)
+    yield TextDelta(f"{ref} is {what} at about {where}. {size}")
 
 
 # --- similarity ------------------------------------------------------------------------------
 
 
-def _similar(s: Situation, match: re.Match[str]) -> Iterator[AgentChunk]:
-    category = _class_of(match["cls"], s.overview)
-    ids = _ids(match[2])
-    samples = [{"id": i} for i in ids]
-    data = json.dumps({"hint": category or match["cls"], "samples": samples})
-    chips = " and ".join(f"<id>{i}</id>" for i in ids)
-    noun = _plural(category) if category else "annotations"
+def _similar(s: Situation, intent: reading.Similar) -> Iterator[AgentChunk]:
+    data: dict[str, Any] = {"samples": [{"id": i} for i in intent.ids]}
+    if intent.category is not None:
+        data = {"hint": intent.category, **data}
+    chips = listing(f"<id>{i}</id>" for i in intent.ids)
+    things = plural(intent.category) if intent.category else "annotations"
     yield TextDelta(
-        f"Here is a similarity search for {noun} like {chips}.\n"
-        f"<tool type=\"find-similar\" data='{data}'>Find other {noun} similar to {chips}.</tool>"
+        f"Here is a similarity search for {things} like {chips}.\n"
+        f"<tool type=\"find-similar\" data='{json.dumps(data)}'>Find other {things} similar to "
+        f"{chips}.</tool>"
     )
 
 
-def _similar_found(s: Situation, attrs: dict[str, str]) -> Iterator[AgentChunk]:
+def _similar_found(s: Situation) -> Iterator[AgentChunk]:
     selection = s.request.context("selection")
     data = selection.data if selection is not None else None
     found = data.get("ids", []) if isinstance(data, dict) else []
-    category = attrs.get("class-id", "annotation")
+    response = s.response
+    category = (response.class_id if response is not None else "") or "annotation"
     if not found or selection is None:
-        yield TextDelta(f"The similarity search found no other {_plural(category)}.")
+        yield TextDelta(f"The similarity search found no other {plural(category)}.")
         return
-    artifact = selection.artifact_id
     refs = ", ".join(f'<ref id="{i}" />' for i in found[:5])
     more = f" and {len(found) - 5} more" if len(found) > 5 else ""
     yield TextDelta(
-        f"The search located {len(found)} similar {category if len(found) == 1 else _plural(category)}: {refs}{more}.\n"
-        f'<tool type="highlight" data="${{{artifact}}}">Similar {_plural(category)}</tool>'
+        f"The search located {len(found):,} similar {noun(category, len(found))}: {refs}{more}.\n"
+        f'<tool type="highlight" data="${{{selection.artifact_id}}}">Similar '
+        f"{plural(category)}</tool>"
     )
 
 
 # --- deletion --------------------------------------------------------------------------------
 
 
-def _delete(s: Situation, match: re.Match[str]) -> Iterator[AgentChunk]:
-    ids = _ids(match[1])
-    label = ", ".join(str(i) for i in ids)
-    noun = "annotation" if len(ids) == 1 else "annotations"
+def _delete(s: Situation, intent: reading.Delete) -> Iterator[AgentChunk]:
+    ids = list(intent.ids)
+    what = f"annotation {ids[0]}" if len(ids) == 1 else f"annotations {listing(map(str, ids))}"
     done = s.calls("delete_annotations")
     if not done:
-        yield Thinking(f"Deleting {noun} {label}; this needs your approval.")
+        yield Thinking(f"Deleting {what}; this needs your approval.")
         yield _call(s, "delete_annotations", {"ids": ids})
         return
     step = done[-1]
     if not step.ok:
-        yield from _failed(step, f"delete {noun} {label}")
+        yield TextDelta(_failed(step, f"delete {what}"))
         return
     deleted = step.result.get("deleted", [])
-    refs = ", ".join(f"<id>{i}</id>" for i in deleted)
-    text = f"Deleted {refs}. An administrator can restore {'it' if len(deleted) == 1 else 'them'}."
-    if step.result.get("not_found"):
-        text += " Not found: " + ", ".join(str(i) for i in step.result["not_found"]) + "."
+    text = f"Deleted {_refs(deleted)}. An administrator can restore {_it(len(deleted))}."
+    missing = step.result.get("not_found") or []
+    if missing:
+        text += f" {listing(f'#{i}' for i in missing)} {'was' if len(missing) == 1 else 'were'} not found."
     yield TextDelta(text)
 
 
-# --- the map's client tools ------------------------------------------------------------------
+def _delete_without_ids(s: Situation, intent: reading.DeleteWithoutIds) -> Iterator[AgentChunk]:
+    yield TextDelta(
+        "I only delete annotations by their ids, so that nothing goes by mistake. Name them, "
+        "for example “delete annotation 12” or “delete annotations 3, 4 and 5”."
+    )
 
 
-def _focus(s: Situation, match: re.Match[str]) -> Iterator[AgentChunk]:
-    ids = _ids(match[1])
-    chips = ", ".join(f'<ref id="{i}" />' for i in ids)
+# --- the map's page tools --------------------------------------------------------------------
+
+
+def _focus(s: Situation, intent: reading.Focus) -> Iterator[AgentChunk]:
+    ids = list(intent.ids)
     if "map_focus" not in s.tools:
-        yield TextDelta(f"Click {chips} to see {'it' if len(ids) == 1 else 'them'} on the map.")
+        yield TextDelta(f"Click {_refs(ids)} to see {_it(len(ids))} on the map.")
         return
     if not s.calls("map_focus"):
         yield _call(s, "map_focus", {"ids": ids})
         return
-    yield TextDelta(f"The map now shows {chips}.")
+    yield TextDelta(f"The map now shows {_refs(ids)}.")
 
 
-def _map_view(s: Situation) -> Iterator[AgentChunk]:
+def _map_view(s: Situation, intent: reading.MapView) -> Iterator[AgentChunk]:
     if "map_get_view" not in s.tools:
         yield TextDelta("I can't read the map's view from this client.")
         return
@@ -493,19 +586,23 @@ def _map_view(s: Situation) -> Iterator[AgentChunk]:
     if not done:
         yield _call(s, "map_get_view", {})
         return
-    view = done[-1].result
-    if "error" in view:
-        yield TextDelta(f"I could not read the map's view: {view['error']}")
+    if not done[-1].ok:
+        yield TextDelta(_failed(done[-1], "read the map's view"))
         return
+    view = done[-1].result
     center = view.get("center") or {}
-    classes = ", ".join(view.get("visible_classes") or []) or "none"
-    yield TextDelta(
+    text = (
         f"The map is centred on {_latlon(center.get('lat'), center.get('lon'), 50)} at zoom "
-        f"{view.get('zoom')}; visible classes: {classes}."
+        f"{_num(float(view.get('zoom') or 0))}"
     )
+    visible = view.get("visible_classes")
+    if isinstance(visible, list):
+        shown = listing(plural(str(c)) for c in visible)
+        text += f"; it shows {shown}" if shown else "; every class is hidden"
+    yield TextDelta(text + ".")
 
 
-def _select(s: Situation) -> Iterator[AgentChunk]:
+def _select(s: Situation, intent: reading.Select) -> Iterator[AgentChunk]:
     if "map_select" not in s.tools:
         yield TextDelta("Picking annotations on the map needs the GeoSense page.")
         return
@@ -513,17 +610,26 @@ def _select(s: Situation) -> Iterator[AgentChunk]:
     if not done:
         yield _call(s, "map_select", {"prompt": "Click the annotations you mean, then confirm."})
         return
-    result = done[-1].result
-    ids = result.get("ids") if isinstance(result, dict) else None
-    if not ids:
-        yield TextDelta(
-            "You did not pick any annotation."
-            if "error" not in result
-            else f"No selection: {result['error']}"
-        )
+    if not done[-1].ok:
+        yield TextDelta(_failed(done[-1], "take your selection"))
         return
-    refs = ", ".join(f'<ref id="{i}" />' for i in ids)
-    yield TextDelta(f"You picked {len(ids)} annotation{'s' if len(ids) != 1 else ''}: {refs}.")
+    ids = done[-1].result.get("ids")
+    if not ids:
+        yield TextDelta("You did not pick any annotation.")
+        return
+    yield TextDelta(
+        f"You picked {len(ids)} annotation{'' if len(ids) == 1 else 's'}: {_refs(ids)}."
+    )
+
+
+def _see_view(s: Situation, intent: reading.SeeView) -> Iterator[AgentChunk]:
+    yield TextDelta(
+        f'<question id="{SEE_QUESTION_ID}">\n'
+        "  <header>I'm not sure what you can see, let me take a look</header>\n"
+        '  <option message="Here\'s the viewport data." context="visibility position">Allow</option>\n'
+        '  <option message="No, I don\'t want to do that.">Deny</option>\n'
+        "</question>"
+    )
 
 
 def _context_data(s: Situation, kind: str) -> dict[str, Any]:
@@ -531,10 +637,10 @@ def _context_data(s: Situation, kind: str) -> dict[str, Any]:
     return attached.data if attached is not None and isinstance(attached.data, dict) else {}
 
 
-def _see_answered(s: Situation, index: str | None) -> Iterator[AgentChunk]:
+def _see_answered(s: Situation) -> Iterator[AgentChunk]:
     position = _context_data(s, "position")
     visibility = _context_data(s, "visibility")
-    if index != "0" or not position:
+    if s.answer is None or s.answer.option_index != 0 or not position:
         yield TextDelta("No problem, I won't look at your view.")
         return
     bounds = position.get("bounds")
@@ -545,28 +651,26 @@ def _see_answered(s: Situation, index: str | None) -> Iterator[AgentChunk]:
         return
     visible = set(visibility.get("classes") or s.overview)
     center = position.get("center") or {}
-    where = f"Your view is centred on {_latlon(center.get('lat'), center.get('lon'), 50)} at zoom {position.get('zoom')}."
-    if not done or not done[-1].ok:
-        yield TextDelta(
-            where
-            + (f" I could not count what is in it: {done[-1].result.get('error')}" if done else "")
-        )
+    where = (
+        f"Your view is centred on {_latlon(center.get('lat'), center.get('lon'), 50)} "
+        f"at zoom {_num(float(position.get('zoom') or 0))}."
+    )
+    if not done:
+        yield TextDelta(where)
+        return
+    if not done[-1].ok:
+        yield TextDelta(f"{where} {_failed(done[-1], 'count what is in it')}")
         return
     counts = {c: n for c, n in done[-1].result.get("counts", {}).items() if c in visible}
     hidden = sorted(set(done[-1].result.get("counts", {})) - visible)
-    listing = (
-        ", ".join(f"{n} {c if n == 1 else _plural(c)}" for c, n in sorted(counts.items()))
-        or "nothing"
-    )
-    text = f"{where} In it you can see {listing}."
+    seen = listing(counted(n, c) for c, n in sorted(counts.items())) or "nothing"
+    text = f"{where} In it you can see {seen}."
     if hidden:
-        text += " Hidden classes: " + ", ".join(hidden) + "."
+        text += f" Hidden classes: {listing(plural(c) for c in hidden)}."
     yield TextDelta(text)
 
 
 # --- location --------------------------------------------------------------------------------
-
-ASK_PLACE = "Which place should I use instead? Name a street or an annotation id."
 
 
 def _latlon(lat: Any, lon: Any, accuracy: float) -> str:
@@ -577,7 +681,7 @@ def _latlon(lat: Any, lon: Any, accuracy: float) -> str:
     return f"{abs(lat):.{decimals}f}° {'N' if lat >= 0 else 'S'}, {abs(lon):.{decimals}f}° {'E' if lon >= 0 else 'W'}"
 
 
-def _location(s: Situation, *, then_nearest: bool) -> Iterator[AgentChunk]:
+def _location(s: Situation, intent: reading.Location) -> Iterator[AgentChunk]:
     if "location_get" not in s.tools:
         yield TextDelta("This client can't share your location with me. " + ASK_PLACE)
         return
@@ -586,8 +690,8 @@ def _location(s: Situation, *, then_nearest: bool) -> Iterator[AgentChunk]:
         yield Thinking("Asking your browser for your location.")
         yield _call(s, "location_get", {})
         return
-    result = attempts[-1].result
-    status = result.get("status")
+    last = attempts[-1]
+    status = last.result.get("status")
     if status == "PENDING":
         if len(attempts) < MAX_LOCATION_ATTEMPTS:
             yield Thinking("The location permission is still open; asking once more.")
@@ -602,31 +706,64 @@ def _location(s: Situation, *, then_nearest: bool) -> Iterator[AgentChunk]:
         yield TextDelta("No problem, you chose not to share your location. " + ASK_PLACE)
         return
     if status != "GRANTED":
-        reason = result.get("message") or result.get("error") or "it is not available"
-        yield TextDelta(f"I can't get your location ({reason}). {ASK_PLACE}")
+        reason = last.result.get("message") if status else None
+        yield TextDelta(f"I can't get your location: {reason or _why(last)}. {ASK_PLACE}")
         return
-    lat, lon, accuracy = (
-        result.get("latitude"),
-        result.get("longitude"),
-        float(result.get("accuracy") or 0),
-    )
+    lat, lon = last.result.get("latitude"), last.result.get("longitude")
+    accuracy = float(last.result.get("accuracy") or 0)
     where = f"You are at about {_latlon(lat, lon, accuracy)} (within about {accuracy:.0f} m)."
-    if not then_nearest:
+    if not intent.nearest:
         yield TextDelta(where)
         return
     done = s.calls("nearest_annotations")
     if not done:
-        yield Thinking("Looking up the annotations nearest to you.")
-        yield _call(s, "nearest_annotations", {"lat": lat, "lon": lon, "k": 5})
+        yield Thinking(
+            f"Looking up the {plural(intent.category) if intent.category else 'annotations'} "
+            "nearest to you."
+        )
+        arguments: dict[str, Any] = {"lat": lat, "lon": lon, "k": 5}
+        if intent.category is not None:
+            arguments["class"] = intent.category
+        yield _call(s, "nearest_annotations", arguments)
         return
     if not done[-1].ok:
-        yield TextDelta(
-            where + " " + next(iter(_failed(done[-1], "look up what is near you"))).text
-        )
+        yield TextDelta(f"{where} {_failed(done[-1], 'look up what is near you')}")
         return
     hits = done[-1].result.get("nearest", [])
-    listing = "; ".join(
-        f'{h["class"]} <ref id="{h["id"]}" /> at <distance value="{_num(h["distance_m"])}" />'
+    nearest = "; ".join(
+        f'{label(h["class"])} <ref id="{h["id"]}" /> at <distance value="{_num(h["distance_m"])}" />'
         for h in hits
     )
-    yield TextDelta(f"{where} Nearest: {listing or 'nothing'}.")
+    yield TextDelta(f"{where} Nearest: {nearest or 'nothing'}.")
+
+
+# --- the rest --------------------------------------------------------------------------------
+
+
+def _help(s: Situation, intent: reading.Help) -> Iterator[AgentChunk]:
+    yield TextDelta(_capabilities(s))
+
+
+def _dismiss(s: Situation, intent: reading.Dismiss) -> Iterator[AgentChunk]:
+    yield TextDelta("All right. Ask me whenever you like.")
+
+
+_HANDLERS: dict[type, Any] = {
+    reading.Count: _count,
+    reading.Within: _within,
+    reading.Overlap: _overlap,
+    reading.Extreme: _extreme,
+    reading.Similar: _similar,
+    reading.Delete: _delete,
+    reading.DeleteWithoutIds: _delete_without_ids,
+    reading.Focus: _focus,
+    reading.Measure: _measure,
+    reading.Location: _location,
+    reading.SeeView: _see_view,
+    reading.MapView: _map_view,
+    reading.Select: _select,
+    reading.Ambiguous: _clarify,
+    reading.UnknownClass: _unknown_class,
+    reading.Help: _help,
+    reading.Dismiss: _dismiss,
+}

@@ -1,6 +1,7 @@
 """The system prompt: what GeoSense is, the data, the tools and the message markup."""
 
 import json
+from collections.abc import Mapping
 
 MARKUP_GUIDE = """\
 Write Markdown (CommonMark with tables and strikethrough; links must be http or https, images
@@ -48,13 +49,21 @@ Rules:
 """
 
 
-def system_prompt(*, overview: dict[str, int]) -> str:
+def system_prompt(*, overview: Mapping[str, int], shapes: Mapping[str, str] | None = None) -> str:
+    lines = [
+        "You are GeoSense, an assistant that helps people explore geospatial annotations "
+        "(houses, pools, trees, roads, …) drawn on a map.",
+        "Dataset overview (live annotations per class): " + json.dumps(overview, sort_keys=True),
+    ]
+    if shapes:
+        lines.append(
+            "Shape of each class (points have no area or length; lines have a length; polygons "
+            "an area and a perimeter, which is their length_m): "
+            + json.dumps(dict(shapes), sort_keys=True)
+        )
     return "\n".join(
         [
-            "You are GeoSense, an assistant that helps people explore geospatial annotations "
-            "(houses, pools, trees, roads, …) drawn on a map.",
-            "Dataset overview (live annotations per class): "
-            + json.dumps(overview, sort_keys=True),
+            *lines,
             "",
             MARKUP_GUIDE,
             RULES,

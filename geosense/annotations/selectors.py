@@ -24,8 +24,10 @@ from .types import (
     AnnotationNotFound,
     AnnotationSummary,
     BBox,
+    DatasetOverview,
     NearestHit,
     OverlapPair,
+    Shape,
     SimilarHit,
     SimilarSearch,
     VectorNotFound,
@@ -53,6 +55,34 @@ def annotation_counts(*, bbox: BBox | None = None) -> dict[str, int]:
     """Live annotations per class."""
     rows = _in_bbox(Annotation.objects.all(), bbox).values("category").annotate(n=Count("id"))
     return {row["category"]: row["n"] for row in rows.order_by("category")}
+
+
+_SHAPES_BY_DIMENSION: dict[int, Shape] = {0: "point", 1: "line", 2: "polygon"}
+_shapes_cache: tuple[int, str, dict[str, Shape]] | None = None
+
+
+def annotation_overview() -> DatasetOverview:
+    """Live annotations per class and each class's shape (from the spatial index; the shapes
+    are worked out once per index)."""
+    global _shapes_cache
+    index = spatial_index()
+    cached = _shapes_cache
+    if cached is not None and cached[:2] == (id(index), index.revision):
+        shapes = cached[2]
+    else:
+        shapes = {}
+        for name, class_index in index.classes.items():
+            dimensions = set(shapely.get_dimensions(class_index.geoms).tolist())
+            shapes[name] = (
+                _SHAPES_BY_DIMENSION.get(dimensions.pop(), "mixed")
+                if len(dimensions) == 1
+                else "mixed"
+            )
+        _shapes_cache = (id(index), index.revision, shapes)
+    counts = annotation_counts()
+    return DatasetOverview(
+        counts=counts, shapes={name: shapes.get(name, "mixed") for name in counts}
+    )
 
 
 def annotation_areas(*, ids: Sequence[int]) -> dict[int, float]:

@@ -2,7 +2,7 @@
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -104,6 +104,20 @@ class SimilarSearch:
 
     category: str | None
     hits: list[SimilarHit]
+
+
+Shape = Literal["point", "line", "polygon", "mixed"]
+"""What a class's geometries are: points have no measure, lines a length, polygons an area
+and a perimeter; "mixed" when a class holds more than one kind."""
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetOverview:
+    """The live annotations per class and what each class's shapes are (every turn's agent
+    reads it: an LLM in its system prompt, the local agent as data)."""
+
+    counts: dict[str, int]
+    shapes: dict[str, Shape]
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from geosense.annotations.selectors import (
     annotation_counts,
     annotation_list,
     annotation_measures,
+    annotation_overview,
     annotations_geojson,
     annotations_nearest,
     annotations_overlapping,
@@ -21,7 +22,7 @@ from geosense.annotations.services import (
 )
 from geosense.annotations.types import AnnotationNotFound, VectorNotFound
 
-from .shapes import point, rectangle
+from .shapes import line, point, rectangle
 
 GEOD = Geod(ellps="WGS84")
 LON, LAT = 151.2, -33.8
@@ -365,3 +366,23 @@ def test_annotation_list_takes_more_ids_than_one_sql_statement_can_hold():
     rows = annotation_list(ids=many, order_by="-area_m2", limit=5)
 
     assert [r.id for r in rows] == [second.id, first.id]
+
+
+def test_the_overview_counts_each_class_and_says_what_its_shapes_are():
+    annotation_create(category="house", geometry=rectangle(LON, LAT, 12, 10))
+    annotation_create(category="tree", geometry=point(LON + 0.0001, LAT))
+    annotation_create(category="road", geometry=line((LON, LAT), (LON + 0.001, LAT)))
+    annotation_create(category="misc", geometry=point(LON, LAT + 0.001))
+    annotation_create(category="misc", geometry=rectangle(LON, LAT + 0.002, 5, 5))
+
+    overview = annotation_overview()
+
+    assert overview.counts == {"house": 1, "misc": 2, "road": 1, "tree": 1}
+    assert overview.shapes == {
+        "house": "polygon",
+        "misc": "mixed",
+        "road": "line",
+        "tree": "point",
+    }
+    annotations_soft_delete(ids=[a.id for a in annotation_list(category="road")])
+    assert "road" not in annotation_overview().shapes

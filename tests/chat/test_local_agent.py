@@ -57,7 +57,7 @@ async def test_counts_per_class_come_from_the_data(client, caller, neighbourhood
 
 async def test_an_unknown_class_is_answered_honestly(client, caller, neighbourhood):
     out = await ask(client, caller, "how many unicorns are there?")
-    assert "no “unicorns”" in out.message["content"] and "house" in out.message["content"]
+    assert "any “unicorns”" in out.message["content"] and "houses" in out.message["content"]
 
 
 async def test_trees_within_20_m_of_a_house_asks_then_highlights_the_services_answer(
