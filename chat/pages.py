@@ -20,11 +20,10 @@ from geosense.accounts.services import credit_balance
 
 from . import selectors, services
 from .markup import (
-    answers_in_transcript,
     placeholder_artifact_ids,
-    questions_in_transcript,
     render_message,
     responses_in_transcript,
+    transcript_questions,
 )
 from .models import ChatSession, Message
 
@@ -94,11 +93,10 @@ def transcript_shown(*, session: ChatSession) -> list[ShownMessage]:
     """
     messages = selectors.messages_of_session(session_id=session.pk)
     artifacts = selectors.artifacts_map(session_id=session.pk)
-    user_texts = [m.content for m in messages if m.role == Message.Role.USER]
-    answers = answers_in_transcript(user_texts)
-    responses = responses_in_transcript(user_texts)
-    questions = questions_in_transcript(
-        (m.content for m in messages if m.role == Message.Role.ASSISTANT), artifacts=artifacts
+    responses = responses_in_transcript(m.content for m in messages if m.role == Message.Role.USER)
+    asked = transcript_questions(
+        ((m.pk, m.role, m.content) for m in messages if m.role in SHOWN_ROLES),
+        artifacts=artifacts,
     )
     shown = []
     for message in messages:
@@ -126,9 +124,9 @@ def transcript_shown(*, session: ChatSession) -> list[ShownMessage]:
                 message.content,
                 role=message.role,
                 artifacts=artifacts,
-                answers=answers,
+                answers=asked.answers_in(message.pk),
                 responses=responses,
-                questions=questions,
+                questions=asked.questions_answered_in(message.pk),
                 message_id=message.pk,
             )
         )

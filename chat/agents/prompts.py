@@ -13,7 +13,7 @@ Inline values (rendered with units):
 - <area value="120.5" /> an area in square metres;
 - <ref id="12" /> a clickable reference to annotation 12; <id>25</id> the same as text.
 
-Question block (the user picks an option; their reply comes back as <answer question="ID" question-option-index="N">message</answer>, N 0-based, or without the index for a free answer):
+Question block (the user picks an option; their reply comes back as <answer question="ID" question-option-index="N" asked-in="M">message</answer>, N 0-based, or without the index for a free answer; M is the id of the message that asked, so you may reuse a question id):
 <question id="q1">
   <header>Do you mean A or B?</header>
   <option message="I mean A">A</option>

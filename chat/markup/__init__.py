@@ -52,11 +52,11 @@ from .blocks import (
     TextBlock,
 )
 from .compose import (
+    TranscriptQuestions,
     answer_compose,
-    answers_in_transcript,
-    questions_in_transcript,
     response_compose,
     responses_in_transcript,
+    transcript_questions,
 )
 from .parser import parse_message, plain_parts
 from .render import render_blocks, render_inline, render_message
@@ -101,15 +101,15 @@ __all__ = [
     "Response",
     "Text",
     "TextBlock",
+    "TranscriptQuestions",
     "answer_compose",
-    "answers_in_transcript",
     "message_plain_text",
     "parse_message",
     "placeholder_artifact_ids",
-    "questions_in_transcript",
     "render_blocks",
     "render_inline",
     "render_message",
     "response_compose",
     "responses_in_transcript",
+    "transcript_questions",
 ]

@@ -143,11 +143,16 @@ class PendingBlock:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """A user's `<answer>`: an option's index, or None for an answer in their own words."""
+    """A user's `<answer>`: an option's index, or None for an answer in their own words.
+
+    `asked_in` is the id of the message that asked the question (the page sends it): a
+    question is known by that message and its id, so an id asked twice is two questions.
+    """
 
     question_id: str
     option_index: int | None
     message: str
+    asked_in: str | None = None
     kind: ClassVar[str] = "answer"
 
 

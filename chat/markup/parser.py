@@ -433,7 +433,12 @@ class _Parser:
             option_index = int(index) if isinstance(index, str) and index.isdigit() else None
             if option_index is not None and option_index >= MAX_OPTIONS:
                 option_index = None
-            return Answer(question_id=question, option_index=option_index, message=body)
+            asked_in = attrs.get("asked-in")
+            if not isinstance(asked_in, str) or not _REQUEST_RE.fullmatch(asked_in):
+                asked_in = None
+            return Answer(
+                question_id=question, option_index=option_index, message=body, asked_in=asked_in
+            )
         kind = attrs.get("type")
         if not isinstance(kind, str) or not kind:
             return None

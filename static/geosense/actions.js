@@ -69,7 +69,7 @@ async function answerQuestion(chat, block, { optionIndex = null, message, contex
       return;
     }
   }
-  const text = composeAnswer(block.dataset.questionId, optionIndex, message);
+  const text = composeAnswer(block.dataset.questionId, optionIndex, message, block.dataset.messageId);
   if (await chat.send(text, { contexts, onRefused: reset })) rerender(chat, block);
 }
 

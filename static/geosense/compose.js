@@ -9,10 +9,14 @@ function escapeAttribute(text) {
   return escapeText(text).replace(/"/g, '&quot;').replace(/'/g, '&#x27;');
 }
 
-/** `<answer …>` as chat/markup/compose.py writes it; no index for an answer in own words. */
-export function composeAnswer(questionId, optionIndex, message) {
+/**
+ * `<answer …>` as chat/markup/compose.py writes it; no index for an answer in own words.
+ * `askedIn` is the id of the message that asked the question (a question is known by it).
+ */
+export function composeAnswer(questionId, optionIndex, message, askedIn) {
   const index = Number.isInteger(optionIndex) ? ` question-option-index="${optionIndex}"` : '';
-  return `<answer question="${escapeAttribute(questionId)}"${index}>${escapeText(message.trim())}</answer>`;
+  const asked = askedIn ? ` asked-in="${escapeAttribute(askedIn)}"` : '';
+  return `<answer question="${escapeAttribute(questionId)}"${index}${asked}>${escapeText(message.trim())}</answer>`;
 }
 
 /** The `<response type="find_similar">` of a finished search, with its readable sentence. */

@@ -33,9 +33,11 @@ def test_a_question_option_sends_its_answer_with_the_requested_contexts(
     question.get_by_role("button", name="Allow").click()
 
     expect(last_answer(page)).to_contain_text("Your view is centred on")
+    asked_in = question.get_attribute("data-message-id")
     message_id, content = user_messages(daphne_server, session_id)[-1]
     assert content == (
-        '<answer question="q-view" question-option-index="0">Here\'s the viewport data.</answer>'
+        f'<answer question="q-view" question-option-index="0" asked-in="{asked_in}">'
+        "Here's the viewport data.</answer>"
     )
     contexts = daphne_server.sql(CONTEXTS_OF, (message_id,))
     assert [kind for kind, _ in contexts] == ["visibility", "position"]
@@ -62,7 +64,11 @@ def test_a_free_text_answer_is_sent_without_an_option_index(logged_in_page, daph
 
     expect(question).to_contain_text('Answered: the largest "pool" & <more>')
     _, content = user_messages(daphne_server, session_id)[-1]
-    assert content == '<answer question="q-big">the largest "pool" &amp; &lt;more&gt;</answer>'
+    asked_in = question.get_attribute("data-message-id")
+    assert content == (
+        f'<answer question="q-big" asked-in="{asked_in}">'
+        'the largest "pool" &amp; &lt;more&gt;</answer>'
+    )
 
 
 def test_a_find_similar_block_runs_highlights_and_reports_its_selection(

@@ -23,13 +23,12 @@ from chat.markup import (
     Text,
     TextBlock,
     answer_compose,
-    answers_in_transcript,
     message_plain_text,
     parse_message,
-    questions_in_transcript,
     render_message,
     response_compose,
     responses_in_transcript,
+    transcript_questions,
 )
 from chat.markup.formatting import (
     format_area,
@@ -277,8 +276,16 @@ def test_option_without_message_suggests_its_label():
     assert block.options[0].message == "Go on"
 
 
+def asked_and_answered(question: str, *answers: str):
+    """A transcript where message 1 asks `question` and messages 2… answer it."""
+    return transcript_questions(
+        [(1, "assistant", question), *((n, "user", a) for n, a in enumerate(answers, start=2))],
+        artifacts={},
+    )
+
+
 def test_answered_question_renders_disabled_with_the_chosen_option_marked():
-    answers = answers_in_transcript([ANSWER_WITH_INDEX])
+    answers = asked_and_answered(MULTI_CONTEXT_QUESTION, ANSWER_WITH_INDEX).answers_in(1)
     page = render(MULTI_CONTEXT_QUESTION, answers=answers)
     assert "answered" in page.one("div", "question")["attrs"]["class"]
     allow, deny = page.find("button", "question-option")
@@ -289,7 +296,8 @@ def test_answered_question_renders_disabled_with_the_chosen_option_marked():
 
 
 def test_question_answered_in_own_words_shows_that_answer():
-    page = render(CLARIFICATION_QUESTION, answers=answers_in_transcript([FREE_ANSWER]))
+    answers = asked_and_answered(CLARIFICATION_QUESTION, FREE_ANSWER).answers_in(1)
+    page = render(CLARIFICATION_QUESTION, answers=answers)
     assert not any("chosen" in b["attrs"]["class"] for b in page.find("button", "question-option"))
     assert all("disabled" in b["attrs"] for b in page.find("button", "question-option"))
     assert page.one("p", "question-free-answer")["text"] == "Answered: Something else entirely"
@@ -307,7 +315,8 @@ def test_an_open_question_offers_a_free_text_answer_and_an_answered_one_does_not
 
 
 def test_unanswered_question_is_not_marked_by_another_questions_answer():
-    page = render(GENERIC_QUESTION, answers=answers_in_transcript([ANSWER_WITH_INDEX]))
+    answers = asked_and_answered(GENERIC_QUESTION, ANSWER_WITH_INDEX).answers_in(1)
+    page = render(GENERIC_QUESTION, answers=answers)
     assert "answered" not in page.one("div", "question")["attrs"]["class"]
 
 
@@ -318,7 +327,7 @@ def test_seed_answer_parses_with_zero_based_index_and_trimmed_message():
 
 
 def test_free_answer_has_no_option_index():
-    assert answers_in_transcript([FREE_ANSWER]) == {
+    assert asked_and_answered(CLARIFICATION_QUESTION, FREE_ANSWER).answers_in(1) == {
         "2": Answer(question_id="2", option_index=None, message="Something else entirely")
     }
 
@@ -326,11 +335,65 @@ def test_free_answer_has_no_option_index():
 def test_later_answer_to_the_same_question_wins():
     first = answer_compose(question_id="1", option_index=0, message="Yes")
     second = answer_compose(question_id="1", option_index=1, message="No")
-    assert answers_in_transcript([first, "hello", second])["1"].option_index == 1
+    asked = asked_and_answered(GENERIC_QUESTION, first, "hello", second)
+    assert asked.answers_in(1)["1"].option_index == 1
+
+
+def test_the_same_question_id_asked_twice_is_two_questions_each_answered_on_its_own():
+    first = answer_compose(question_id="1", option_index=1, message="No", asked_in=1)
+    second = answer_compose(question_id="1", option_index=0, message="Yes", asked_in=3)
+    asked = transcript_questions(
+        [
+            (1, "assistant", GENERIC_QUESTION),
+            (2, "user", first),
+            (3, "assistant", GENERIC_QUESTION),
+            (4, "user", second),
+        ],
+        artifacts={},
+    )
+    assert asked.answers_in(1)["1"].option_index == 1
+    assert asked.answers_in(3)["1"].option_index == 0
+    assert asked.questions_answered_in(4)["1"].id == "1"
+    page = render(GENERIC_QUESTION, answers={})
+    assert "answered" not in page.one("div", "question")["attrs"]["class"]
+
+
+def test_an_answer_names_the_earlier_of_two_questions_with_its_id_by_asked_in():
+    late = answer_compose(question_id="1", option_index=0, message="Yes", asked_in=1)
+    asked = transcript_questions(
+        [(1, "assistant", GENERIC_QUESTION), (2, "assistant", GENERIC_QUESTION), (3, "user", late)],
+        artifacts={},
+    )
+    assert set(asked.answers_in(1)) == {"1"} and asked.answers_in(2) == {}
+
+
+def test_an_answer_without_asked_in_answers_the_latest_question_asked_before_it():
+    typed = answer_compose(question_id="1", option_index=0, message="Yes")
+    asked = transcript_questions(
+        [
+            (1, "assistant", GENERIC_QUESTION),
+            (2, "assistant", GENERIC_QUESTION),
+            (3, "user", typed),
+            (4, "assistant", GENERIC_QUESTION),
+        ],
+        artifacts={},
+    )
+    assert asked.answers_in(1) == {} and asked.answers_in(4) == {}
+    assert asked.answers_in(2)["1"].message == "Yes"
+
+
+def test_an_answer_to_a_question_never_asked_answers_nothing():
+    text = answer_compose(question_id="9", option_index=0, message="Yes", asked_in=1)
+    asked = transcript_questions(
+        [(1, "assistant", GENERIC_QUESTION), (2, "user", text)], artifacts={}
+    )
+    assert asked.answers == {} and asked.questions_answered_in(2) == {}
 
 
 def test_user_answer_renders_as_the_chosen_option_under_its_question():
-    questions = questions_in_transcript([MULTI_CONTEXT_QUESTION], artifacts={})
+    questions = asked_and_answered(MULTI_CONTEXT_QUESTION, ANSWER_WITH_INDEX).questions_answered_in(
+        2
+    )
     page = render(ANSWER_WITH_INDEX, role="user", questions=questions)
     assert page.one("div", "answer-question")["text"] == (
         "I'm not sure what you can see, let me take a look"
@@ -341,8 +404,8 @@ def test_user_answer_renders_as_the_chosen_option_under_its_question():
 
 
 def test_user_answer_with_a_changed_message_shows_that_message_too():
-    questions = questions_in_transcript([GENERIC_QUESTION], artifacts={})
     text = answer_compose(question_id="1", option_index=0, message="Yes, but only the trees")
+    questions = asked_and_answered(GENERIC_QUESTION, text).questions_answered_in(2)
     page = render(text, role="user", questions=questions)
     assert page.one("div", "answer-choice")["text"] == "Yes"
     assert page.one("div", "answer-message")["text"] == "Yes, but only the trees"
@@ -407,7 +470,14 @@ def test_composed_answer_parses_back_to_the_same_values(message):
 def test_composed_free_answer_has_no_index():
     text = answer_compose(question_id="7", option_index=None, message="my own words")
     assert text == '<answer question="7">my own words</answer>'
-    assert answers_in_transcript([text])["7"].option_index is None
+    assert parse_message(text, artifacts={}, role="user")[0].option_index is None
+
+
+def test_composed_answer_names_the_asking_message_and_parses_it_back():
+    text = answer_compose(question_id="q-view", option_index=0, message="ok", asked_in=41)
+    assert text == '<answer question="q-view" question-option-index="0" asked-in="41">ok</answer>'
+    [answer] = parse_message(text, artifacts={}, role="user")
+    assert answer.asked_in == "41"
 
 
 def test_composed_response_matches_the_seed_format_and_parses_back():

@@ -14,6 +14,13 @@ test('an answer in own words has no index', () => {
   assert.equal(composeAnswer('q-big', null, 'the pools'), '<answer question="q-big">the pools</answer>');
 });
 
+test('an answer names the message that asked its question', () => {
+  assert.equal(
+    composeAnswer('q-view', 1, 'No', '41'),
+    '<answer question="q-view" question-option-index="1" asked-in="41">No</answer>',
+  );
+});
+
 test('a question id cannot end its attribute', () => {
   assert.equal(
     composeAnswer('a" onclick="x', 1, 'ok'),
