@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from geosense.accounts.services import InsufficientCredits, credit_balance, credit_charge
 from geosense.wire import ApprovalReason
-from tools.registry import BackendTool
+from tools.registry import BackendTool, backend_tool
 from tools.schemas import validation_problem
 
 from .models import Approval, ChatSession, Message, PendingDecision
@@ -74,11 +74,23 @@ class CreditShortfall:
 
     @property
     def for_user(self) -> str:
-        return f"Not enough credits: {self.tool} costs {self.cost} credits and the balance is {self.balance}."
+        tool = backend_tool(self.tool)
+        what = f"“{tool.title}”" if tool is not None else "this"
+        return (
+            f"Not enough credits for {what}: it costs {_credits(self.cost)} and you have "
+            f"{_credits(self.balance)}."
+        )
 
     @property
     def for_model(self) -> str:
-        return f"Refused before running. {self.for_user} Tell the user they do not have enough credits."
+        return (
+            f"Refused before running. Not enough credits: {self.tool} costs {self.cost} credits "
+            f"and the balance is {self.balance}. Tell the user they do not have enough credits."
+        )
+
+
+def _credits(n: int) -> str:
+    return f"{n:,} credit{'' if n == 1 else 's'}"
 
 
 @dataclass(frozen=True)
@@ -90,16 +102,20 @@ class PermissionMissing:
 
     @property
     def for_user(self) -> str:
+        tool = backend_tool(self.tool)
+        what = f"“{tool.title}”" if tool is not None else "this"
         return (
-            f"You may not run {self.tool}: the annotations are shared by every user, and only "
-            f"their curators (the {self.permission} permission) may change them."
+            f"You may not use {what}: the annotations are shared by every user, and only "
+            "their curators may change them. An administrator can make you one."
         )
 
     @property
     def for_model(self) -> str:
         return (
-            f"Refused before running. {self.for_user} Tell the user an administrator can "
-            "grant that permission; do not call it again."
+            f"Refused before running. You may not run {self.tool}: the annotations are shared "
+            f"by every user, and only their curators (the {self.permission} permission) may "
+            "change them. Tell the user an administrator can grant that permission; do not "
+            "call it again."
         )
 
 
@@ -152,6 +168,8 @@ def decision_create(
     tool_name: str,
     arguments: dict[str, Any],
     result_schema: dict[str, Any],
+    title: str = "",
+    summary: str = "",
 ) -> PendingDecision:
     return PendingDecision.objects.create(
         session_id=session_id,
@@ -160,6 +178,8 @@ def decision_create(
         tool_name=tool_name,
         arguments=arguments,
         result_schema=result_schema,
+        title=title[: PendingDecision.TITLE_MAX_CHARS],
+        summary=summary[: PendingDecision.SUMMARY_MAX_CHARS],
     )
 
 

@@ -161,8 +161,14 @@ class PendingDecision(Pause):
         ChatSession, on_delete=models.CASCADE, related_name="pending_decisions"
     )
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="pending_decisions")
+    TITLE_MAX_CHARS = 80
+    SUMMARY_MAX_CHARS = 300
+
     # The declaration as registered when the call was made: the answer is validated against it.
     result_schema = NulFreeJSONField(default=dict)
+    # The card's words, kept from the declaration (the page that declared it may be gone).
+    title = NulFreeCharField(max_length=TITLE_MAX_CHARS, blank=True)
+    summary = NulFreeCharField(max_length=SUMMARY_MAX_CHARS, blank=True)
     status = models.CharField(
         max_length=16, choices=Status.choices, default=Status.PENDING, db_index=True
     )

@@ -29,8 +29,10 @@ from .models import ChatSession, Message
 
 SHOWN_ROLES = {Message.Role.USER, Message.Role.ASSISTANT, Message.Role.NOTE}
 PREVIEW_MAX_CHARS = 256_000
-ARGUMENT_MAX_CHARS = 200
-REASON_LABELS = {"backend_access": "Backend access", "destructive": "Deletes data"}
+REASON_LABELS = {
+    "backend_access": "First use of the server's tools in this conversation",
+    "destructive": "Deletes annotations",
+}
 
 
 @dataclass(frozen=True)
@@ -61,17 +63,6 @@ def _reason_labels(approval: dict[str, Any]) -> list[str]:
         else:
             labels.append(REASON_LABELS.get(reason, reason.replace("_", " ").capitalize()))
     return labels
-
-
-def _argument_items(arguments: dict[str, Any]) -> list[tuple[str, str]]:
-    """Arguments as short readable pairs; structured values as compact JSON."""
-    items = []
-    for name, value in arguments.items():
-        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        if len(shown) > ARGUMENT_MAX_CHARS:
-            shown = shown[:ARGUMENT_MAX_CHARS] + "…"
-        items.append((str(name).replace("_", " "), shown))
-    return items
 
 
 def _decision_result(messages: list[Message], tool_call_id: str) -> dict[str, Any] | None:
@@ -113,7 +104,6 @@ def transcript_shown(*, session: ChatSession) -> list[ShownMessage]:
             approval = {
                 **approval,
                 "reason_labels": _reason_labels(approval),
-                "argument_items": _argument_items(approval["arguments"]),
             }
         if decision:
             decision = {**decision, "result": _decision_result(messages, decision["tool_call"])}

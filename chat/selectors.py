@@ -58,7 +58,8 @@ def approval_serialize(approval: Approval) -> ApprovalData:
         reasons=list(approval.reasons),
         cost_credits=approval.cost_credits,
         status=approval.status,
-        summary=tool.explain(approval.arguments) if tool else "",
+        title=tool.title if tool else approval.tool_name,
+        summary=tool.summary_of(approval.arguments) if tool else "",
         decided_at=approval.decided_at.isoformat() if approval.decided_at else None,
     )
 
@@ -69,6 +70,8 @@ def decision_serialize(decision: PendingDecision) -> DecisionData:
         name=decision.tool_name,
         arguments=decision.arguments,
         status=decision.status,
+        title=decision.title or decision.tool_name,
+        summary=decision.summary,
     )
 
 

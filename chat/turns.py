@@ -317,7 +317,9 @@ class TurnRunner:
         tool = backend_tool(approval.tool_name)
         if outcome.shortfall is not None:
             await self._store_and_report(
-                call, approval.arguments, refusal(outcome.shortfall.for_model)
+                call,
+                approval.arguments,
+                refusal(outcome.shortfall.for_model, for_user=outcome.shortfall.for_user),
             )
             await self.sink.emit(wire.error(outcome.shortfall.for_user))
         elif not outcome.runs or tool is None:
@@ -327,7 +329,11 @@ class TurnRunner:
         elif missing := await in_thread(approvals.permission_missing)(
             user=self.prepared.user, tool=tool
         ):
-            await self._store_and_report(call, approval.arguments, refusal(missing.for_model))
+            await self._store_and_report(
+                call,
+                approval.arguments,
+                refusal(missing.for_model, for_user=missing.for_user),
+            )
             await self.sink.emit(wire.error(missing.for_user))
         else:
             run = await backend_tool_run(
@@ -460,7 +466,8 @@ class TurnRunner:
             content=run.content,
             is_error=not run.ok,
         )
-        if backend_tool(call["name"]) is not None:
+        tool = backend_tool(call["name"])
+        if tool is not None:
             await self.sink.emit(
                 wire.backend_tool_call(
                     call_id=call["id"],
@@ -468,6 +475,9 @@ class TurnRunner:
                     arguments=arguments,
                     ok=run.ok,
                     error=run.error,
+                    title=tool.title,
+                    summary=tool.summary_of(arguments),
+                    problem=run.problem,
                 )
             )
         return CallOutcome.ANSWERED
@@ -487,7 +497,9 @@ class TurnRunner:
             user=user, tool=tool
         ) or await in_thread(approvals.credits_shortfall)(user=user, tool=tool)
         if refused is not None:
-            await self._store_and_report(call, arguments, refusal(refused.for_model))
+            await self._store_and_report(
+                call, arguments, refusal(refused.for_model, for_user=refused.for_user)
+            )
             await self.sink.emit(wire.error(refused.for_user))
             return CallOutcome.ANSWERED
         reasons = approvals.approval_reasons(
@@ -520,7 +532,12 @@ class TurnRunner:
         tool = toolset.tools[call["name"]]
         await self.sink.emit(
             wire.client_tool_call(
-                call_id=call["id"], name=tool.name, arguments=arguments, kind=tool.kind
+                call_id=call["id"],
+                name=tool.name,
+                arguments=arguments,
+                kind=tool.kind,
+                title=tool.title_text,
+                summary=tool.summary_of(arguments),
             )
         )
         answered = await in_thread(selectors.client_tool_answers_in_turn)(
@@ -555,6 +572,8 @@ class TurnRunner:
                 tool_name=tool.name,
                 arguments=arguments,
                 result_schema=tool.result or {},
+                title=tool.title_text,
+                summary=tool.summary_of(arguments),
             )
             return CallOutcome.PAUSED
         answer = await client_tools.client_tool_request(

@@ -54,6 +54,8 @@ class ClientToolDeclaration(TypedDict):
     arguments: dict[str, Any]
     result: NotRequired[dict[str, Any] | None]  # blocking only
     serve: NotRequired[bool]  # blocking only
+    title: NotRequired[str]  # a person's name for the tool ("Show annotations on the map")
+    summary: NotRequired[str]  # a template of one line about a call ("{ids:ids}")
 
 
 def client_tool_declaration(
@@ -64,6 +66,8 @@ def client_tool_declaration(
     arguments: dict[str, Any],
     result: dict[str, Any] | None,
     serve: bool,
+    title: str = "",
+    summary: str = "",
 ) -> ClientToolDeclaration:
     declaration = ClientToolDeclaration(
         kind=kind, name=name, description=description, arguments=arguments
@@ -71,6 +75,10 @@ def client_tool_declaration(
     if kind == "blocking":
         declaration["result"] = result
         declaration["serve"] = serve
+    if title:
+        declaration["title"] = title
+    if summary:
+        declaration["summary"] = summary
     return declaration
 
 
@@ -103,11 +111,17 @@ class BackendThinkingData(TypedDict):
 
 
 class BackendToolCallData(TypedDict):
+    """A backend call as it ended. `error` is the precise reason the model reads; `title`,
+    `summary` and `problem` say the same for a person (the page's activity log)."""
+
     call_id: str
     name: str
     arguments: dict[str, Any]
     ok: bool
     error: NotRequired[str]
+    title: str
+    summary: str
+    problem: NotRequired[str]
 
 
 class ClientToolCallData(TypedDict):
@@ -115,6 +129,8 @@ class ClientToolCallData(TypedDict):
     name: str
     arguments: dict[str, Any]
     kind: ClientToolKind
+    title: str
+    summary: str
 
 
 ApprovalReason = Literal["backend_access", "credits", "destructive"]
@@ -129,7 +145,8 @@ class ApprovalData(TypedDict):
     reasons: list[ApprovalReason]
     cost_credits: int
     status: str
-    summary: str
+    title: str  # the tool's title, for a person
+    summary: str  # this call in one line, for a person
     decided_at: str | None
 
 
@@ -140,6 +157,8 @@ class DecisionData(TypedDict):
     name: str
     arguments: dict[str, Any]
     status: str
+    title: str  # the tool's title, for a person
+    summary: str  # this call in one line, for a person
 
 
 class StoredToolCall(TypedDict):
@@ -221,20 +240,44 @@ def backend_thinking(text: str) -> TurnEvent:
 
 
 def backend_tool_call(
-    *, call_id: str, name: str, arguments: dict[str, Any], ok: bool, error: str | None
+    *,
+    call_id: str,
+    name: str,
+    arguments: dict[str, Any],
+    ok: bool,
+    error: str | None,
+    title: str = "",
+    summary: str = "",
+    problem: str | None = None,
 ) -> TurnEvent:
-    data = BackendToolCallData(call_id=call_id, name=name, arguments=arguments, ok=ok)
+    data = BackendToolCallData(
+        call_id=call_id, name=name, arguments=arguments, ok=ok, title=title, summary=summary
+    )
     if not ok:
         data["error"] = error or "failed"
+        data["problem"] = problem or data["error"]
     return TurnEvent("backend_tool_call", data)
 
 
 def client_tool_call(
-    *, call_id: str, name: str, arguments: dict[str, Any], kind: ClientToolKind
+    *,
+    call_id: str,
+    name: str,
+    arguments: dict[str, Any],
+    kind: ClientToolKind,
+    title: str = "",
+    summary: str = "",
 ) -> TurnEvent:
     return TurnEvent(
         "client_tool_call",
-        ClientToolCallData(call_id=call_id, name=name, arguments=arguments, kind=kind),
+        ClientToolCallData(
+            call_id=call_id,
+            name=name,
+            arguments=arguments,
+            kind=kind,
+            title=title,
+            summary=summary,
+        ),
     )
 
 

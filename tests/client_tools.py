@@ -15,6 +15,8 @@ LOCATION = {
 FOCUS = {
     "kind": "one-way",
     "name": "map_focus",
+    "title": "Show annotations on the map",
+    "summary": "{ids:ids}",
     "description": "Pan and zoom the map to annotations.",
     "arguments": {
         "type": "object",

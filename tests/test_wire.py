@@ -55,11 +55,15 @@ def test_every_event_builder_makes_the_shape_of_its_event():
 def test_the_shape_check_catches_a_missing_an_unknown_and_a_mistyped_field():
     assert "lacks turn" in event_problem("turn_start", {"session": "s"})
     assert "unknown extra" in event_problem("text_delta", {"delta": "a", "extra": 1})
+    words = {"title": "T", "summary": "S"}
     assert "expected a boolean" in event_problem(
-        "backend_tool_call", {"call_id": "c", "name": "n", "arguments": {}, "ok": "yes"}
+        "backend_tool_call", {"call_id": "c", "name": "n", "arguments": {}, "ok": "yes", **words}
     )
     assert "not one of" in event_problem(
-        "client_tool_call", {"call_id": "c", "name": "n", "arguments": {}, "kind": "later"}
+        "client_tool_call", {"call_id": "c", "name": "n", "arguments": {}, "kind": "later", **words}
+    )
+    assert "lacks summary, title" in event_problem(
+        "client_tool_call", {"call_id": "c", "name": "n", "arguments": {}, "kind": "blocking"}
     )
     assert event_problem("turn_paused", {}) == "unknown event 'turn_paused'"
 

@@ -13,6 +13,17 @@ from geosense.annotations.types import (
 )
 
 from .registry import BackendTool, ToolContext, ToolError
+from .wording import (
+    area_text,
+    class_label,
+    class_plural,
+    ids_text,
+    listing,
+    metres_text,
+    place_text,
+    sentence,
+    with_article,
+)
 
 SIMILARITY_COST = 5
 INLINE_LIMIT = 20  # rows a result shows the model inline; the rest stays in the artifact
@@ -71,9 +82,9 @@ LIST_CLASSES = BackendTool(
     description="Counts the annotations per class, optionally inside a bounding box.",
     arguments={"type": "object", "properties": {"bbox": _BBOX}, "additionalProperties": False},
     handler=list_classes,
-    explain=lambda a: (
-        "Count the annotations of every class"
-        + (" inside the given area." if a.get("bbox") else ".")
+    title="Count annotations per class",
+    summary=lambda a: (
+        f"Every class inside {area_text(a['bbox'])}" if a.get("bbox") else "Every class"
     ),
 )
 
@@ -104,6 +115,36 @@ def query_annotations(context: ToolContext, arguments: dict[str, Any]) -> dict[s
     return result
 
 
+_ORDER_WORDS = {
+    "area_m2": ("smallest", "largest", "by area"),
+    "length_m": ("shortest", "longest", "by length"),
+}
+
+
+def _query_summary(arguments: dict[str, Any]) -> str:
+    """ "The 3 largest houses", "The longest road", "Trees inside an area of …", "#3 and #4"."""
+    category = arguments.get("class")
+    limit = arguments.get("limit")
+    order = arguments.get("order_by") or "id"
+    things = class_plural(category) if category else "annotations"
+    if arguments.get("ids"):
+        text = f"{sentence(things)} {ids_text(arguments['ids'])}"
+    elif order.lstrip("-") in _ORDER_WORDS:
+        smallest, largest, _ = _ORDER_WORDS[order.lstrip("-")]
+        which = largest if order.startswith("-") else smallest
+        if limit == 1:
+            text = f"The {which} {class_label(category) if category else 'annotation'}"
+        elif limit:
+            text = f"The {limit:,} {which} {things}"
+        else:
+            text = f"{sentence(things)}, {which} first"
+    else:
+        text = f"Up to {limit:,} {things}" if limit else sentence(things)
+    if arguments.get("bbox"):
+        text += f" inside {area_text(arguments['bbox'])}"
+    return text
+
+
 QUERY_ANNOTATIONS = BackendTool(
     name="query_annotations",
     description=(
@@ -123,7 +164,8 @@ QUERY_ANNOTATIONS = BackendTool(
         "additionalProperties": False,
     },
     handler=query_annotations,
-    explain=lambda a: f"List {a.get('class', 'annotation')} annotations.",
+    title="List annotations",
+    summary=_query_summary,
 )
 
 
@@ -202,10 +244,15 @@ SPATIAL_RELATION = BackendTool(
         "additionalProperties": False,
     },
     handler=spatial_relation,
-    explain=lambda a: (
-        f"Find {a.get('source')} annotations within {a.get('distance_m')} m of a {a.get('target')}."
-        if a.get("relation") == "within_distance"
-        else f"Find {a.get('source')} annotations overlapping a {a.get('target')}."
+    title="Find annotations near or overlapping others",
+    summary=lambda a: (
+        (
+            f"{sentence(class_plural(a['source']))} within {metres_text(a.get('distance_m'))} of "
+            f"{with_article(a['target'])}"
+            if a["relation"] == "within_distance"
+            else f"{sentence(class_plural(a['source']))} overlapping {with_article(a['target'])}"
+        )
+        + (f" inside {area_text(a['bbox'])}" if a.get("bbox") else "")
     ),
 )
 
@@ -240,7 +287,8 @@ MEASURE = BackendTool(
         "additionalProperties": False,
     },
     handler=measure,
-    explain=lambda a: f"Measure annotation {a.get('id')}.",
+    title="Measure an annotation",
+    summary=lambda a: f"Annotation {ids_text([a['id']])}",
 )
 
 
@@ -277,7 +325,12 @@ NEAREST_ANNOTATIONS = BackendTool(
         "additionalProperties": False,
     },
     handler=nearest_annotations,
-    explain=lambda a: "Find the annotations nearest to a point.",
+    title="Find the nearest annotations",
+    summary=lambda a: (
+        f"The {a.get('k', 5)} "
+        f"{class_plural(a['class']) if a.get('class') else 'annotations'} nearest to "
+        f"{place_text(a['lat'], a['lon'])}"
+    ),
 )
 
 
@@ -309,6 +362,18 @@ def similarity_search(context: ToolContext, arguments: dict[str, Any]) -> dict[s
     }
 
 
+def _similar_summary(arguments: dict[str, Any]) -> str:
+    """ "Pools like #25 and #216 (its “context” vector), up to 20 results"."""
+    category = arguments.get("class")
+    things = class_plural(category) if category else "annotations"
+    samples = arguments["samples"]
+    text = f"{sentence(things)} like {ids_text(s['id'] for s in samples)}"
+    vectors = sorted({s["v"] for s in samples if s.get("v")})
+    if vectors:
+        text += f" (by {listing(f'“{v}”' for v in vectors)})"
+    return text + f", up to {arguments.get('k', 20)} results"
+
+
 SIMILARITY_SEARCH = BackendTool(
     name="similarity_search",
     description=(
@@ -338,11 +403,8 @@ SIMILARITY_SEARCH = BackendTool(
     handler=similarity_search,
     cost_credits=SIMILARITY_COST,
     read_only=False,
-    explain=lambda a: (
-        "Search for annotations similar to "
-        + ", ".join(str(s.get("id")) for s in a.get("samples", []))
-        + "."
-    ),
+    title="Search for similar annotations",
+    summary=_similar_summary,
 )
 
 
@@ -374,11 +436,10 @@ DELETE_ANNOTATIONS = BackendTool(
     destructive=True,
     read_only=False,
     permission="annotations.delete_annotation",
-    explain=lambda a: (
-        "Delete annotation"
-        + ("s " if len(a.get("ids", [])) != 1 else " ")
-        + ", ".join(str(i) for i in a.get("ids", []))
-        + " (restorable by an administrator)."
+    title="Delete annotations",
+    summary=lambda a: (
+        f"{ids_text(a['ids'])} (an administrator can restore "
+        f"{'it' if len(set(a['ids'])) == 1 else 'them'})"
     ),
 )
 
@@ -408,7 +469,8 @@ AREA_REPORT = BackendTool(
         "additionalProperties": False,
     },
     handler=area_report,
-    explain=lambda a: "Ask a helper agent: " + str(a.get("question", ""))[:200],
+    title="Ask a helper for a report",
+    summary=lambda a: "“" + " ".join(str(a["question"]).split())[:200] + "”",
 )
 
 

@@ -38,6 +38,7 @@ from tools.schemas import (
     schema_check,
     validation_problem,
 )
+from tools.wording import class_plural, ids_text, listing, sentence
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,11 @@ DESCRIPTION_MAX_CHARS = 1024
 DECLARATION_MAX_BYTES = 16 * 1024
 TOOLS_PER_SOCKET_MAX = 32
 CLIENT_ERROR_MAX_CHARS = 1000
-DECLARATION_FIELDS = frozenset({"kind", "name", "description", "arguments", "result", "serve"})
+DECLARATION_FIELDS = frozenset(
+    {"kind", "name", "description", "arguments", "result", "serve", "title", "summary"}
+)
+TITLE_MAX_CHARS = 80
+SUMMARY_MAX_CHARS = 200
 
 WENT_AWAY = "The client went away before answering."
 UNREACHABLE = "The client could not be reached; its answer is unknown."
@@ -55,6 +60,9 @@ UNREACHABLE = "The client could not be reached; its answer is unknown."
 
 @dataclass(frozen=True)
 class ClientTool:
+    """A tool of the page. `description` is for the model; `title` and the `summary` template
+    are for a person, as for backend tools (`summary_fill` reads the template)."""
+
     kind: ClientToolKind
     name: str
     description: str
@@ -63,6 +71,8 @@ class ClientTool:
     # Blocking only: True → the page answers by itself; False → the reader answers through a
     # card and the call becomes the turn's pending decision.
     serve: bool
+    title: str = ""
+    summary: str = ""
 
     def declaration(self) -> ClientToolDeclaration:
         """The declaration as registered (stored per socket, read back by every process)."""
@@ -73,6 +83,8 @@ class ClientTool:
             arguments=self.arguments,
             result=self.result,
             serve=self.serve,
+            title=self.title,
+            summary=self.summary,
         )
 
     @classmethod
@@ -84,7 +96,17 @@ class ClientTool:
             arguments=data["arguments"],
             result=data.get("result"),
             serve=bool(data.get("serve", False)),
+            title=data.get("title", ""),
+            summary=data.get("summary", ""),
         )
+
+    @property
+    def title_text(self) -> str:
+        """The declared title, or the name in words for a page that declares none."""
+        return self.title or sentence(" ".join(self.name.replace("-", "_").split("_")))
+
+    def summary_of(self, arguments: dict) -> str:
+        return summary_fill(self.summary, arguments)
 
     def openai_spec(self) -> dict:
         return openai_function_spec(
@@ -142,6 +164,11 @@ def client_tool_declare(raw: object, *, backend_names: Collection[str]) -> Clien
     serve = raw.get("serve", False)
     if not isinstance(serve, bool):
         raise refuse("serve must be true or false")
+    title, summary = raw.get("title", ""), raw.get("summary", "")
+    if not isinstance(title, str) or len(title) > TITLE_MAX_CHARS or "\n" in title:
+        raise refuse(f"title must be one line of at most {TITLE_MAX_CHARS} characters")
+    if not isinstance(summary, str) or len(summary) > SUMMARY_MAX_CHARS or "\n" in summary:
+        raise refuse(f"summary must be one line of at most {SUMMARY_MAX_CHARS} characters")
     arguments = raw.get("arguments")
     try:
         schema_check(arguments, what="arguments", client=True)
@@ -159,6 +186,9 @@ def client_tool_declare(raw: object, *, backend_names: Collection[str]) -> Clien
             schema_check(result, what="result", client=True)
     except SchemaRefused as exc:
         raise refuse(str(exc)) from None
+    problem = summary_problem(summary, arguments=arguments)
+    if problem:
+        raise refuse(problem)
     return ClientTool(
         kind=kind,
         name=name,
@@ -166,7 +196,79 @@ def client_tool_declare(raw: object, *, backend_names: Collection[str]) -> Clien
         arguments=dict(arguments),
         result=dict(result) if result is not None else None,
         serve=serve if kind == "blocking" else False,
+        title=title.strip(),
+        summary=summary.strip(),
     )
+
+
+# --- the summary template -------------------------------------------------------------------
+# `{name}` is an argument in words (a list as "a, b and c", true/false as yes/no), `{name:ids}`
+# annotation ids ("#3, #4 and #5"), `{name:class}` a class name ("solar panels"); a `[…]` part
+# is left out when an argument inside it is missing or empty. docs/protocol.md shows examples.
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_-]{1,64})(?::(ids|class))?\}")
+_OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
+VALUE_MAX_CHARS = 120
+
+
+def summary_problem(template: str, *, arguments: Mapping) -> str | None:
+    """Why a summary template cannot be used with these arguments, or None."""
+    properties = arguments.get("properties") if isinstance(arguments, Mapping) else None
+    names = set(properties) if isinstance(properties, Mapping) else set()
+    for match in re.finditer(r"\{[^{}]*\}", template):
+        placeholder = _PLACEHOLDER.fullmatch(match.group())
+        if placeholder is None:
+            return f"summary: {match.group()} is not {{argument}}, {{argument:ids}} or {{argument:class}}"
+        if placeholder[1] not in names:
+            return f"summary: {placeholder[1]!r} is not one of the tool's arguments"
+    return None
+
+
+def _words(value: object, form: str | None) -> str:
+    if value is None or value == "" or value == []:
+        return ""
+    if form == "ids":
+        items = value if isinstance(value, list) else [value]
+        return ids_text(items)
+    if isinstance(value, list):
+        if form == "class":
+            return listing(class_plural(str(v)) for v in value[:8])
+        shown = [_words(v, None) for v in value[:8]]
+        more = f" and {len(value) - 8:,} more" if len(value) > 8 else ""
+        return (", ".join(shown) + more) if more else listing(shown)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ""
+    text = " ".join(str(value).split())
+    if form == "class":
+        text = class_plural(text)
+    return text if len(text) <= VALUE_MAX_CHARS else text[: VALUE_MAX_CHARS - 1] + "…"
+
+
+def summary_fill(template: str, arguments: Mapping) -> str:
+    """A call's summary: the template with the arguments in words (see above); each part of
+    the template is filled once, so a value that looks like a placeholder stays text."""
+
+    def fill(text: str) -> tuple[str, bool]:
+        complete = True
+
+        def one(match: re.Match) -> str:
+            nonlocal complete
+            words = _words(arguments.get(match[1]), match[2])
+            complete = complete and bool(words)
+            return words
+
+        return _PLACEHOLDER.sub(one, text), complete
+
+    parts, at = [], 0
+    for optional in _OPTIONAL.finditer(template):
+        parts.append(fill(template[at : optional.start()])[0])
+        text, complete = fill(optional[1])
+        parts.append(text if complete else "")
+        at = optional.end()
+    parts.append(fill(template[at:])[0])
+    return " ".join("".join(parts).split())
 
 
 @dataclass(frozen=True)

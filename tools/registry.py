@@ -50,14 +50,20 @@ Handler = Callable[[ToolContext, dict[str, Any]], dict[str, Any] | Awaitable[dic
 
 @dataclass(frozen=True)
 class BackendTool:
+    """A tool on the server. `description` is for the model; `title` and `summary` are for a
+    person: the cards the page shows (approval, activity log) name the tool by its title ("Find
+    annotations near others") and a call by its summary ("Trees within 20 m of a house"), never
+    by the code name and raw arguments. Every registered tool declares both."""
+
     name: str
     description: str
     arguments: Mapping[str, Any]
     handler: Handler
     cost_credits: int = 0
     destructive: bool = False
-    # Plain words for the approval card: what this call will do.
-    explain: Callable[[dict[str, Any]], str] = field(default=lambda args: "")
+    title: str = ""
+    # One line for a person: what a call with these (valid) arguments will do.
+    summary: Callable[[dict[str, Any]], str] = field(default=lambda arguments: "")
     # Safe for a sub-turn: reads only, costs nothing.
     read_only: bool = True
     # The Django permission a user needs to call it at all ("" for every user): the
@@ -69,13 +75,21 @@ class BackendTool:
             name=self.name, description=self.description, parameters=dict(self.arguments)
         )
 
+    def summary_of(self, arguments: dict[str, Any]) -> str:
+        """The call's summary; arguments that do not fit (an invalid call) get none."""
+        try:
+            return self.summary(arguments)
+        except Exception:
+            return ""
+
     async def arguments_refusal(self, arguments: dict[str, Any]) -> "ToolRun | None":
         """The refusal the model reads when its arguments do not match, else None (checked
         in the schema worker: the arguments are the model's)."""
         problem = await validation_problem(schema=self.arguments, value=arguments)
         if problem:
             return refusal(
-                f"Invalid arguments for {self.name}: {problem}. Fix them and call again."
+                f"Invalid arguments for {self.name}: {problem}. Fix them and call again.",
+                for_user=ASKED_WRONGLY,
             )
         return None
 
@@ -90,14 +104,30 @@ def openai_function_spec(
     }
 
 
+#: What the page says of a call whose arguments did not fit (the model reads the details).
+ASKED_WRONGLY = "The assistant asked for it in a way it does not accept; it was told what to fix."
+#: What the page says of a call that failed inside the server (the log has the details).
+FAILED_INSIDE = "It failed on the server; the administrator can see why."
+
+
 @dataclass(frozen=True)
 class ToolRun:
+    """A call's result. `content` is what the model reads (and the admin sees); a refusal may
+    carry `for_user`, the same outcome in words for a person, when the model's text is
+    technical."""
+
     ok: bool
     content: dict[str, Any]
+    for_user: str | None = None
 
     @property
     def error(self) -> str | None:
         return None if self.ok else str(self.content.get("error", "failed"))
+
+    @property
+    def problem(self) -> str | None:
+        """Why it failed, for a person (None when it did not fail)."""
+        return None if self.ok else (self.for_user or self.error)
 
 
 _REGISTRY: dict[str, BackendTool] = {}
@@ -106,6 +136,8 @@ _REGISTRY: dict[str, BackendTool] = {}
 def backend_tool_register(tool: BackendTool) -> BackendTool:
     if tool.name in _REGISTRY:
         raise ValueError(f"backend tool {tool.name!r} is declared twice")
+    if not tool.title.strip():
+        raise ValueError(f"backend tool {tool.name!r} needs a title for the page's cards")
     schema_check(tool.arguments, what=f"{tool.name} arguments")
     _REGISTRY[tool.name] = tool
     return tool
@@ -135,8 +167,10 @@ def backend_tool_names() -> frozenset[str]:
     return frozenset(_REGISTRY)
 
 
-def refusal(message: str) -> ToolRun:
-    return ToolRun(ok=False, content={"error": message})
+def refusal(message: str, *, for_user: str | None = None) -> ToolRun:
+    """A call that did not run: `message` for the model, `for_user` for a person when the
+    message is not already plain words."""
+    return ToolRun(ok=False, content={"error": message}, for_user=for_user)
 
 
 async def backend_tool_run(
@@ -155,5 +189,8 @@ async def backend_tool_run(
         return refusal(str(exc))
     except Exception as exc:
         logger.exception("backend tool %s failed", tool.name)
-        return refusal(f"{tool.name} failed with an internal error ({type(exc).__name__}).")
+        return refusal(
+            f"{tool.name} failed with an internal error ({type(exc).__name__}).",
+            for_user=FAILED_INSIDE,
+        )
     return ToolRun(ok=True, content=content)

@@ -18,6 +18,11 @@ from typing import Any
 
 from chat.markup import Answer, Response, parse_message
 from tools.client import UNREACHABLE, WENT_AWAY
+from tools.wording import class_label as label
+from tools.wording import class_noun as noun
+from tools.wording import class_plural as plural
+from tools.wording import listing
+from tools.wording import with_article as a
 
 from . import local_reading as reading
 from .base import AgentChunk, AgentContext, TextDelta, Thinking, ToolCallRequest, UserRequest
@@ -135,42 +140,9 @@ def _call(s: Situation, name: str, arguments: dict[str, Any]) -> ToolCallRequest
 # --- words -----------------------------------------------------------------------------------
 
 
-def label(category: str) -> str:
-    """A class as a word: "solar_panel" → "solar panel"."""
-    return " ".join(reading.words(category)) or category
-
-
-def plural(category: str) -> str:
-    *head, last = label(category).split(" ")
-    if last.endswith("y") and last[-2:-1] not in tuple("aeiou"):
-        last = last[:-1] + "ies"
-    elif last.endswith(("s", "sh", "ch", "x", "z")):
-        last += "es"
-    else:
-        last += "s"
-    return " ".join([*head, last])
-
-
-def noun(category: str, n: int) -> str:
-    return label(category) if n == 1 else plural(category)
-
-
 def counted(n: int, category: str) -> str:
     """ "1 tree", "1,204 solar panels"."""
     return f"{n:,} {noun(category, n)}"
-
-
-def a(category: str) -> str:
-    word = label(category)
-    return f"{'an' if word[:1] in tuple('aeiou') else 'a'} {word}"
-
-
-def listing(items: Iterable[str]) -> str:
-    """ "a", "a and b", "a, b and c"."""
-    items = list(items)
-    if len(items) <= 1:
-        return "".join(items)
-    return ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _num(value: float) -> str:
@@ -264,6 +236,8 @@ def _why(step: Step) -> str:
         return "your browser did not answer in time"
     if error.startswith("The client refused"):
         return "your browser could not do it"
+    if error.startswith("The client's answer"):
+        return "your browser's answer did not make sense to me"
     if "already answered" in error:
         return "I already asked several times in this turn"
     if error.startswith(("Invalid arguments", "Refused before running")) or "internal error" in (
@@ -706,7 +680,10 @@ def _location(s: Situation, intent: reading.Location) -> Iterator[AgentChunk]:
         yield TextDelta("No problem, you chose not to share your location. " + ASK_PLACE)
         return
     if status != "GRANTED":
-        reason = last.result.get("message") if status else None
+        # The page's message is written for a model ("… Do not retry."): its first sentence
+        # says what happened.
+        message = str(last.result.get("message") or "") if status else ""
+        reason = re.split(r"(?<=[.!?])\s", message.strip())[0].rstrip(".") if message else ""
         yield TextDelta(f"I can't get your location: {reason or _why(last)}. {ASK_PLACE}")
         return
     lat, lon = last.result.get("latitude"), last.result.get("longitude")

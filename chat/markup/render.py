@@ -16,6 +16,8 @@ from django.template.loader import get_template
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from tools.wording import class_noun, class_plural
+
 from .blocks import (
     Answer,
     Area,
@@ -182,11 +184,13 @@ def _block_context(
             "summary": "" if block.error else _highlight_summary(block),
         }
     if kind == "find_similar":
+        response = responses.get(block.request_id)
         return {
             "block": block,
             "body_html": render_inline(block.body),
             "data_json": block.data_json,
-            "response": responses.get(block.request_id),
+            "response": response,
+            "response_words": response_words(response) if response is not None else "",
         }
     if kind == "answer":
         question = questions.get(block.question_id)
@@ -200,7 +204,24 @@ def _block_context(
             "show_message": bool(block.message)
             and (option is None or block.message != option.message),
         }
+    if kind == "response":
+        return {"block": block, "words": response_words(block)}
     return {"block": block}
+
+
+def response_words(response: Response) -> str:
+    """A find-similar response as the user's bubble shows it ("Found 20 similar pools."); the
+    stored sentence is the seed's, written for the model."""
+    if response.type != "find_similar" or response.count is None:
+        return " ".join(response.text.split())
+    things = (
+        class_noun(response.class_id, response.count)
+        if response.class_id
+        else ("annotation" if response.count == 1 else "annotations")
+    )
+    if response.count == 0:
+        return f"Found no similar {class_plural(response.class_id) if response.class_id else 'annotations'}."
+    return f"Found {response.count:,} similar {things}."
 
 
 def render_blocks(

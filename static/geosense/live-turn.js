@@ -40,15 +40,28 @@ function activityLogElement(document) {
   return details;
 }
 
-/** A backend call in the activity log: its name and whether it failed. */
+/**
+ * A call in the activity log as a person reads it: the tool's title and the call's summary
+ * (the server words both; the name and arguments are for the model), then for a backend call
+ * whether it worked, and why not in words (`problem`; `error` is the model's text).
+ */
 function describeCall(item, data, document) {
+  const title = document.createElement('strong');
+  title.className = 'activity-title';
+  title.textContent = data.title || data.name;
+  item.append(title);
+  if (data.summary) {
+    const summary = document.createElement('span');
+    summary.className = 'activity-summary';
+    summary.textContent = data.summary;
+    item.append(' — ', summary);
+  }
+  if (typeof data.ok !== 'boolean') return;
   item.dataset.ok = data.ok ? 'true' : 'false';
-  const tool = document.createElement('code');
-  tool.textContent = data.name;
   const outcome = document.createElement('span');
   outcome.className = 'activity-outcome';
-  outcome.textContent = data.ok ? ' ok' : ` failed${data.error ? `: ${data.error}` : ''}`;
-  item.append(tool, outcome);
+  outcome.textContent = data.ok ? 'done' : `failed: ${data.problem || data.error || 'no reason given'}`;
+  item.append(' — ', outcome);
 }
 
 /** The bubble's preview of the text so far: the server's rendering, plain text if it fails. */
@@ -162,6 +175,7 @@ export function createLiveTurn({
     },
     client_tool_call(data) {
       closeBubble();
+      if (live.turn !== null) logEntry('client-call', (item) => describeCall(item, data, document));
       if (data.kind === 'one-way') applyOneWay(data.name, data.arguments || {});
     },
     message(data) {
@@ -170,7 +184,8 @@ export function createLiveTurn({
       transcript.renderTurn(live.turn);
     },
     error(data) {
-      notice(`The assistant ran into a problem: ${data.message || 'unknown error'}`);
+      // The server writes the whole sentence for a person (a provider's failure, a refusal).
+      notice(data.message || 'The assistant could not answer.');
     },
     turn_end() {
       removeBubbles();

@@ -42,6 +42,8 @@ const MESSAGE_RESULT_SCHEMA = (status) => ({
 export const LOCATION_TOOL = clientToolDeclaration({
   kind: 'blocking',
   name: 'location_get',
+  title: 'Share your location',
+  summary: 'Your position, as your browser knows it',
   description:
     "Returns the user's current location from their browser, as {status, ...}, never an error. " +
     'GRANTED: latitude, longitude (WGS84 degrees), accuracy and timestamp (ms since epoch). ' +

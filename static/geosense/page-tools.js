@@ -15,6 +15,8 @@ const FOCUS_MAX_IDS = 500;
 export const MAP_GET_VIEW_TOOL = clientToolDeclaration({
   kind: 'blocking',
   name: 'map_get_view',
+  title: "Read the map's view",
+  summary: 'Where your map is, its zoom and the classes it shows',
   description:
     "Returns what the user's map shows right now: center {lat, lon} in WGS84 degrees, zoom " +
     '(Leaflet zoom level), bounds [minLon, minLat, maxLon, maxLat] and visible_classes (the ' +
@@ -43,6 +45,8 @@ export const MAP_GET_VIEW_TOOL = clientToolDeclaration({
 export const MAP_FOCUS_TOOL = clientToolDeclaration({
   kind: 'one-way',
   name: 'map_focus',
+  title: 'Show annotations on the map',
+  summary: '{ids:ids}',
   description:
     "Pans and zooms the user's map to these annotation ids and makes them flash. One-way: " +
     'nothing is returned, so do not wait for an answer; ids not on the map are skipped.',
@@ -57,6 +61,8 @@ export const MAP_FOCUS_TOOL = clientToolDeclaration({
 export const MAP_SELECT_TOOL = clientToolDeclaration({
   kind: 'blocking',
   name: 'map_select',
+  title: 'Pick annotations on the map',
+  summary: '[Only {class:class}: ]{prompt}',
   description:
     'Asks the user to pick annotations on the map: they see your prompt, click annotations ' +
     '(only of `class`, when given) and confirm or cancel. Returns {ids} of the picked ' +

@@ -49,6 +49,8 @@ export const SERVER_FRAMES = Object.freeze({
  *   arguments: object,
  *   result?: object,
  *   serve?: boolean,
+ *   title?: string,
+ *   summary?: string,
  * }} ClientToolDeclaration
  *
  * @typedef {'turn_start' | 'text_delta' | 'backend_thinking' | 'backend_tool_call'
@@ -56,14 +58,15 @@ export const SERVER_FRAMES = Object.freeze({
  * @typedef {{session: string, turn: number}} TurnStartData
  * @typedef {{delta: string}} TextDeltaData
  * @typedef {{text: string}} BackendThinkingData
- * @typedef {{call_id: string, name: string, arguments: object, ok: boolean, error?: string}}
- *   BackendToolCallData
- * @typedef {{call_id: string, name: string, arguments: object, kind: 'blocking' | 'one-way'}}
- *   ClientToolCallData
+ * @typedef {{call_id: string, name: string, arguments: object, ok: boolean, error?: string,
+ *   title: string, summary: string, problem?: string}} BackendToolCallData
+ * @typedef {{call_id: string, name: string, arguments: object, kind: 'blocking' | 'one-way',
+ *   title: string, summary: string}} ClientToolCallData
  * @typedef {{id: number, tool: string, arguments: object, reasons: string[],
- *   cost_credits: number, status: string, summary: string, decided_at: string | null}}
- *   ApprovalData
- * @typedef {{tool_call: string, name: string, arguments: object, status: string}} DecisionData
+ *   cost_credits: number, status: string, title: string, summary: string,
+ *   decided_at: string | null}} ApprovalData
+ * @typedef {{tool_call: string, name: string, arguments: object, status: string,
+ *   title: string, summary: string}} DecisionData
  * @typedef {{id: number, role: string, content: string, created: string, turn: number,
  *   pending_approval: ApprovalData | null, pending_decision: DecisionData | null,
  *   approval?: ApprovalData, decision?: DecisionData}} MessageData

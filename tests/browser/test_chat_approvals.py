@@ -23,7 +23,7 @@ def test_approving_backend_access_highlights_the_found_trees_on_the_map(
 
     ask(page, "show trees within 20 m of a house")
     card = approval_card(page)
-    expect(card).to_contain_text("Backend access")
+    expect(card).to_contain_text("First use of the server's tools in this conversation")
     expect(card.get_by_role("button", name="Approve")).to_be_enabled()
     expect(page.get_by_label("Allow backend tools")).not_to_be_checked()
     screenshot(page, "chat-approval-pending")
@@ -44,7 +44,7 @@ def test_approving_backend_access_highlights_the_found_trees_on_the_map(
     log = page.get_by_test_id("activity-log")
     expect(log).to_have_count(1)
     log.locator("summary").click()
-    expect(log).to_contain_text("spatial_relation ok")
+    expect(log).to_contain_text("Trees within 20 m of a house — done")
     screenshot(page, "chat-highlight")
 
     page.reload()
@@ -60,7 +60,7 @@ def test_rejecting_a_deletion_keeps_the_annotation(logged_in_page, daphne_server
 
     ask(page, "delete annotation 12")
     card = approval_card(page)
-    expect(card).to_contain_text("Deletes data")
+    expect(card).to_contain_text("Deletes annotations")
     card.get_by_role("button", name="Reject").click()
 
     expect(card.get_by_test_id("approval-outcome")).to_have_text("Rejected")

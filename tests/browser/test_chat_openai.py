@@ -42,7 +42,7 @@ def test_an_approved_deletion_runs_and_the_model_reads_its_result(openai_page, f
 
     ask(page, "delete annotation 21")
     card = page.get_by_test_id("approval-card").last
-    expect(card).to_contain_text("Deletes data")
+    expect(card).to_contain_text("Deletes annotations")
     card.get_by_role("button", name="Approve").click()
 
     expect(last_answer(page)).to_contain_text("Annotation 21 is deleted.")

@@ -318,8 +318,13 @@ async def test_a_call_the_balance_cannot_cover_is_refused_before_it_runs(
     )
     assert not await Approval.objects.aexists()
     (error,) = out.of("error")
-    assert "costs 5 credits" in error["message"] and "balance is 3" in error["message"]
-    assert out.of("backend_tool_call")[0]["ok"] is False
+    assert error["message"] == (
+        "Not enough credits for “Search for similar annotations”: it costs 5 credits and you "
+        "have 3 credits."
+    )
+    (call,) = out.of("backend_tool_call")
+    assert call["ok"] is False and call["problem"] == error["message"]
+    assert "balance is 3" in call["error"]  # the model reads the precise reason
     assert out.message["content"] == "You do not have enough credits."
     assert await asyncio.to_thread(credit_balance, user=trusted_caller.user) == 3
 

@@ -436,7 +436,9 @@ REFUSALS = [
     (variant(LOCATION, description=None), "location_get", "a description is required"),
     (variant(LOCATION, description="x" * 1025), "location_get", "longer than 1024"),
     (variant(LOCATION, arguments={"type": "string"}), "location_get", '"type": "object"'),
-    (variant(LOCATION, title="Location"), "location_get", "unknown field 'title'"),
+    (variant(LOCATION, colour="blue"), "location_get", "unknown field 'colour'"),
+    (variant(LOCATION, title=["Location"]), "location_get", "title must be one line"),
+    (variant(FOCUS, summary="{nope}"), "map_focus", "'nope' is not one of the tool's arguments"),
     ("location_get", "tools[0]", "a tool declaration must be a JSON object"),
     (variant(LOCATION, result=_nested(200)), "location_get", "nests deeper than 32 levels"),
 ]

@@ -98,7 +98,14 @@ async def test_a_served_call_is_answered_by_the_page_and_the_model_reads_it(
     )
     out = await turn
     assert out.of("client_tool_call") == [
-        {"call_id": "c1", "name": "location_get", "arguments": {}, "kind": "blocking"}
+        {
+            "call_id": "c1",
+            "name": "location_get",
+            "arguments": {},
+            "kind": "blocking",
+            "title": "Location get",  # the test's declaration has no title: its name in words
+            "summary": "",
+        }
     ]
     assert json.loads(last_tool_result(openai_agent, 1)) == result
     assert "location_get" in {t["function"]["name"] for t in openai_agent.requests[0]["tools"]}
@@ -169,6 +176,8 @@ async def test_a_one_way_call_is_handed_to_the_page_and_the_turn_carries_on(
         "name": "map_focus",
         "arguments": {"ids": [3, 4]},
         "kind": "one-way",
+        "title": "Show annotations on the map",
+        "summary": "#3 and #4",
     }
     assert "error" not in json.loads(last_tool_result(openai_agent, 1))
     await ws.disconnect()

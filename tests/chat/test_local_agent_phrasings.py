@@ -29,6 +29,7 @@ from geosense.annotations.selectors import (
     annotations_within_distance,
 )
 from geosense.annotations.services import demo_seed
+from tools.client import UNREACHABLE, WENT_AWAY
 from tools.registry import ToolError, backend_tool, backend_tools
 
 pytestmark = pytest.mark.django_db
@@ -508,3 +509,41 @@ def test_the_local_agent_understands_at_least_60_phrasings():
     assert not failures, f"{len(failures)} of {len(PHRASINGS)} phrasings failed:\n" + "\n".join(
         failures
     )
+
+
+@pytest.mark.parametrize(
+    ("request_text", "answer", "said", "unsaid"),
+    [
+        ("where am I?", {"error": WENT_AWAY}, "the page closed or reloaded", "client"),
+        ("where am I?", {"error": UNREACHABLE}, "I could not reach your browser", "client"),
+        (
+            "where am I?",
+            {
+                "status": "UNAVAILABLE",
+                "message": "This browser cannot share a location. Do not retry.",
+            },
+            "This browser cannot share a location.",
+            "retry",
+        ),
+        (
+            "what is the map view?",
+            {
+                "error": "The client's answer does not match the result schema of map_get_view: 'zoom' is a required property"
+            },
+            "did not make sense",
+            "schema",
+        ),
+        (
+            "what is the map view?",
+            {"error": "No answer from the client within 30 seconds."},
+            "did not answer in time",
+            "client",
+        ),
+    ],
+)
+def test_a_page_tool_that_failed_is_told_in_words_without_the_models_text(
+    request_text, answer, said, unsaid
+):
+    name = "location_get" if "where" in request_text else "map_get_view"
+    conv = converse(request_text, page={name: [answer]})
+    assert said in conv.text and unsaid not in conv.text.lower(), conv.text

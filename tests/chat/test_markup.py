@@ -428,15 +428,26 @@ def test_seed_response_parses_its_stable_fields_and_count():
     assert response.text == "Find Similar located 3\n  results\n  belonging to class pool."
 
 
-def test_user_response_renders_its_text_with_the_found_count():
+def test_user_response_renders_as_a_sentence_for_a_person():
     page = render(RESPONSE, role="user")
     root = page.one("div", "response")
     assert root["attrs"]["data-request-id"] == "req-7"
-    assert page.one("span", "response-count")["text"] == "3"
-    assert words(page.one("span", "response-text")["text"]) == (
-        "Find Similar located 3 results belonging to class pool."
-    )
-    assert "<response" not in page.text
+    assert root["attrs"]["data-count"] == "3"
+    assert page.one("span", "response-text")["text"] == "Found 3 similar pools."
+    assert "<response" not in page.text and "Find Similar located" not in page.text
+
+
+@pytest.mark.parametrize(
+    ("count", "class_id", "shown"),
+    [
+        (1, "solar_panel", "Found 1 similar solar panel."),
+        (0, "pool", "Found no similar pools."),
+        (20, "", "Found 20 similar annotations."),
+    ],
+)
+def test_user_response_counts_in_words(count, class_id, shown):
+    text = response_compose(class_id=class_id, request_id="r", count=count, class_name=class_id)
+    assert render(text, role="user").one("span", "response-text")["text"] == shown
 
 
 def test_user_text_around_an_answer_is_shown_as_typed():
@@ -558,7 +569,7 @@ def test_find_similar_already_run_shows_its_response():
     )
     page = render(FIND_SIMILAR, message_id=31, responses=responses)
     assert "done" in page.one("div", "find-similar")["attrs"]["class"]
-    assert "located 4 results" in page.one("span", "find-similar-result")["text"]
+    assert page.one("span", "find-similar-result")["text"] == "Found 4 similar pools."
 
 
 def test_overlap_linked_highlight_is_valid():

@@ -110,11 +110,44 @@ def test_a_pending_approval_renders_as_a_card_with_its_reasons_cost_and_credits(
 
     assert 'data-testid="approval-card"' in html
     assert 'data-status="pending"' in html
-    assert "Deletes data" in html
+    assert "Deletes annotations" in html
     assert "Costs 5 credits" in html
     assert '<span class="credits-left">42</span>' in html
     assert 'data-decision="approve"' in html
     assert 'data-decision="reject"' in html
+
+
+def test_an_approval_card_names_the_tool_and_the_call_in_words(browser, session):
+    _paused_turn(session)
+
+    html = browser.get(f"/chat/{session.pk}/").content.decode()
+
+    assert ">Delete annotations</h3>" in html
+    assert "#12 (an administrator can restore it)" in html
+    assert "delete_annotations" not in html.replace('data-tool="delete_annotations"', "")
+    assert "ids" not in html.split('data-testid="approval-card"')[1].split("</section>")[0]
+
+
+def test_a_decision_card_keeps_the_words_of_the_page_that_declared_the_tool(browser, session):
+    call = {"id": "call_2", "name": "map_select", "arguments": '{"prompt": "Pick the pools"}'}
+    message = services.message_store(
+        session_id=session.pk, turn=1, role="assistant", content="", tool_calls=[call]
+    )
+    approvals.decision_create(
+        session_id=session.pk,
+        message=message,
+        tool_call_id=call["id"],
+        tool_name=call["name"],
+        arguments={"prompt": "Pick the pools", "class": "pool"},
+        result_schema={"type": "object"},
+        title="Pick annotations on the map",
+        summary="Only pools: Pick the pools",
+    )
+
+    html = browser.get(f"/chat/{session.pk}/").content.decode()
+
+    assert ">Pick annotations on the map</h3>" in html
+    assert '<p class="decision-prompt">Only pools: Pick the pools</p>' in html
 
 
 def test_a_decided_approval_shows_its_decision_without_buttons(browser, session):

@@ -44,7 +44,14 @@ async def test_tool_call_split_across_chunks_runs_and_the_model_gets_its_result(
         token=trusted_caller.token,
     )
     (call,) = out.of("backend_tool_call")
-    assert call == {"call_id": "call_a", "name": "list_classes", "arguments": {}, "ok": True}
+    assert call == {
+        "call_id": "call_a",
+        "name": "list_classes",
+        "arguments": {},
+        "ok": True,
+        "title": "Count annotations per class",
+        "summary": "Every class",
+    }
     assert out.names().index("backend_tool_call") < out.names().index("message")
     second = openai_agent.requests[1]["messages"]
     assert history_is_valid(second)
@@ -98,8 +105,8 @@ async def test_a_raising_handler_becomes_a_readable_result(client, trusted_calle
     openai_agent.reply_tool_calls([("c1", "explode", {}), ("c2", "refuse", {})])
     openai_agent.reply_text("Both failed.")
     with backend_tools_added(
-        BackendTool("explode", "Fails.", empty, explode),
-        BackendTool("refuse", "Refuses.", empty, refuse),
+        BackendTool("explode", "Fails.", empty, explode, title="Explode"),
+        BackendTool("refuse", "Refuses.", empty, refuse, title="Refuse"),
     ):
         out = await post_stream(
             client, trusted_caller.url("/message/stream"), {"text": "x"}, token=trusted_caller.token
@@ -107,7 +114,8 @@ async def test_a_raising_handler_becomes_a_readable_result(client, trusted_calle
     first, second = out.of("backend_tool_call")
     assert first["ok"] is False and "internal error (RuntimeError)" in first["error"]
     assert "disk on fire" not in first["error"]  # internals stay on the server
-    assert second["error"] == "That id does not exist."
+    assert first["problem"] == "It failed on the server; the administrator can see why."
+    assert second["error"] == second["problem"] == "That id does not exist."
     assert out.message["content"] == "Both failed."
 
 

@@ -115,3 +115,13 @@ test('a cancelled selection answers no ids and says so', async () => {
   assert.deepEqual(result, { ids: [], cancelled: true });
   assert.deepEqual(selectionResult({ ids: [1] }), { ids: [1] });
 });
+
+test('every page tool names itself and its calls for a person', () => {
+  for (const tool of [LOCATION_TOOL, MAP_GET_VIEW_TOOL, MAP_FOCUS_TOOL, MAP_SELECT_TOOL]) {
+    assert.ok(tool.title && !tool.title.includes('_'), tool.name);
+    assert.equal(typeof tool.summary, 'string', tool.name);
+    for (const [, name] of tool.summary.matchAll(/\{([\w-]+)(?::\w+)?\}/g)) {
+      assert.ok(name in tool.arguments.properties, `${tool.name}: {${name}}`);
+    }
+  }
+});
