@@ -3,7 +3,7 @@
 from typing import Any
 
 from geosense.annotations import selectors, services
-from geosense.annotations.classes import class_match
+from geosense.annotations.classes import class_label, class_match, class_plural, with_article
 from geosense.annotations.types import (
     CLASS_MAX_LENGTH,
     SIMILAR_K_MAX,
@@ -13,17 +13,7 @@ from geosense.annotations.types import (
 )
 
 from .registry import BackendTool, ToolContext, ToolError
-from .wording import (
-    area_text,
-    class_label,
-    class_plural,
-    ids_text,
-    listing,
-    metres_text,
-    place_text,
-    sentence,
-    with_article,
-)
+from .wording import area_text, ids_text, listing, metres_text, place_text, sentence
 
 SIMILARITY_COST = 5
 INLINE_LIMIT = 20  # rows a result shows the model inline; the rest stays in the artifact

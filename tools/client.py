@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from channels.layers import get_channel_layer
 
+from geosense.annotations.classes import class_plural
 from geosense.wire import (
     CLIENT_TOOL_ANSWER,
     ClientToolAnswerMessage,
@@ -38,7 +39,7 @@ from tools.schemas import (
     schema_check,
     validation_problem,
 )
-from tools.wording import class_plural, ids_text, listing, sentence
+from tools.wording import ids_text, listing, sentence
 
 logger = logging.getLogger(__name__)
 

@@ -1,44 +1,16 @@
-"""Words a person reads about tools and annotations: class names, lists of ids, distances.
+"""Words a person reads about tools: lists, ids, distances, places (class names are in
+geosense/annotations/classes.py).
 
 Tools declare a human title and a one-line summary of a call's arguments for the cards the
 page shows (approval and decision cards, the activity log); the local agent words its answers
-with the same helpers, so "solar_panel" reads "solar panels" everywhere.
+with the same helpers.
 """
 
-import re
 from collections.abc import Iterable
 from math import cos, radians
 from typing import Any
 
 IDS_SHOWN = 8
-
-
-def class_label(category: str) -> str:
-    """A class as words: "solar_panel" → "solar panel", "Tree" → "tree"."""
-    words = re.findall(r"[^\W_]+", category.lower())
-    return " ".join(words) or category
-
-
-def class_plural(category: str) -> str:
-    """ "trees", "bushes", "cities", "solar panels"."""
-    *head, last = class_label(category).split(" ")
-    if last.endswith("y") and last[-2:-1] not in tuple("aeiou"):
-        last = last[:-1] + "ies"
-    elif last.endswith(("s", "sh", "ch", "x", "z")):
-        last += "es"
-    else:
-        last += "s"
-    return " ".join([*head, last])
-
-
-def class_noun(category: str, n: int) -> str:
-    return class_label(category) if n == 1 else class_plural(category)
-
-
-def with_article(category: str) -> str:
-    """ "a house", "an orchard"."""
-    word = class_label(category)
-    return f"{'an' if word[:1] in tuple('aeiou') else 'a'} {word}"
 
 
 def listing(items: Iterable[str]) -> str:

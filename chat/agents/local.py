@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from chat.markup import Answer, Response, parse_message
+from geosense.annotations.classes import class_label as label
+from geosense.annotations.classes import class_noun as noun
+from geosense.annotations.classes import class_plural as plural
+from geosense.annotations.classes import with_article as a
 from tools.client import UNREACHABLE, WENT_AWAY
-from tools.wording import class_label as label
-from tools.wording import class_noun as noun
-from tools.wording import class_plural as plural
 from tools.wording import listing
-from tools.wording import with_article as a
 
 from . import local_reading as reading
 from .base import AgentChunk, AgentContext, TextDelta, Thinking, ToolCallRequest, UserRequest

@@ -9,9 +9,11 @@ superlative, a relation word between two classes. docs/local-agent.md lists what
 """
 
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
+
+from geosense.annotations.classes import word_forms
 
 # --- what can be asked ------------------------------------------------------------------------
 
@@ -279,16 +281,6 @@ def words(text: str) -> list[str]:
     return re.findall(r"\d+(?:\.\d+)?|[^\W\d_]+", text)
 
 
-def _singulars(word: str) -> Iterator[str]:
-    yield word
-    if word.endswith("ies") and len(word) > 4:
-        yield word[:-3] + "y"
-    if word.endswith("es") and len(word) > 3:
-        yield word[:-2]
-    if word.endswith("s") and not word.endswith("ss") and len(word) > 2:
-        yield word[:-1]
-
-
 @dataclass(frozen=True)
 class Mention:
     category: str
@@ -336,7 +328,7 @@ class Vocabulary:
     def _match(self, tokens: list[str], i: int) -> tuple[str, int] | None:
         for length in range(min(self.longest, len(tokens) - i), 0, -1):
             *head, last = tokens[i : i + length]
-            for form in _singulars(last):
+            for form in word_forms(last):
                 category = self.phrases.get((*head, form))
                 if category is not None:
                     return category, length

@@ -16,7 +16,7 @@ from django.template.loader import get_template
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from tools.wording import class_noun, class_plural
+from geosense.annotations.classes import class_noun, class_plural
 
 from .blocks import (
     Answer,

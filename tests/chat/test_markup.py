@@ -309,7 +309,8 @@ def test_an_open_question_offers_a_free_text_answer_and_an_answered_one_does_not
     assert field["attrs"]["aria-label"] == "Answer in your own words"
     assert field["attrs"]["maxlength"] == "2000"
     assert open_page.one("form", "question-free-form")
-    answered = render(CLARIFICATION_QUESTION, answers=answers_in_transcript([FREE_ANSWER]))
+    answers = asked_and_answered(CLARIFICATION_QUESTION, FREE_ANSWER).answers_in(1)
+    answered = render(CLARIFICATION_QUESTION, answers=answers)
     assert answered.find("form", "question-free-form") == []
     assert answered.find("input", "question-free-text") == []
 

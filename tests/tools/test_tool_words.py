@@ -7,7 +7,7 @@ import pytest
 from tools.builtin import BUILTIN_TOOLS
 from tools.client import ClientToolRefused, client_tool_declare, summary_fill
 from tools.registry import BackendTool, backend_tool, backend_tool_register
-from tools.wording import class_plural, ids_text, metres_text
+from tools.wording import ids_text, metres_text
 
 CODE = re.compile(r"_|\b(?:m2|order|distance m|bbox|samples)\b")
 
@@ -154,20 +154,6 @@ def test_a_summary_value_that_looks_like_a_placeholder_stays_text():
 
 
 # --- the words themselves --------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("category", "plural"),
-    [
-        ("tree", "trees"),
-        ("bush", "bushes"),
-        ("city", "cities"),
-        ("solar_panel", "solar panels"),
-        ("Bay", "bays"),
-    ],
-)
-def test_class_names_read_as_words(category, plural):
-    assert class_plural(category) == plural
 
 
 def test_ids_and_metres_read_as_words():
