@@ -19,6 +19,7 @@ from geosense.annotations.selectors import annotations_similar_by_hint
 from geosense.annotations.types import (
     SIMILAR_SAMPLES_MAX,
     AnnotationNotFound,
+    ClassNotFound,
     VectorNotFound,
 )
 from geosense.throttle import cache_allow
@@ -301,10 +302,17 @@ async def find_similar(request: HttpRequest, session_id) -> JsonResponse:
         return owned
     try:
         body = await _body(request)
-        samples = body.get("samples")
-        if not isinstance(samples, list) or not samples or len(samples) > SIMILAR_SAMPLES_MAX:
+        samples, hint = body.get("samples", []), body.get("hint")
+        if hint is not None and not isinstance(hint, str):
+            raise BadRequest("hint must be a text")
+        if (
+            not isinstance(samples, list)
+            or len(samples) > SIMILAR_SAMPLES_MAX
+            or not (samples or hint)
+        ):
             raise BadRequest(
-                f"samples must be a list of 1 to {SIMILAR_SAMPLES_MAX} {{id, v?}} objects"
+                f"send samples (a list of 1 to {SIMILAR_SAMPLES_MAX} {{id, v?}} objects), "
+                "a hint naming a class, or both"
             )
         pairs = []
         for sample in samples:
@@ -314,7 +322,6 @@ async def find_similar(request: HttpRequest, session_id) -> JsonResponse:
             if v is not None and not isinstance(v, str):
                 raise BadRequest("a sample's v must be a string")
             pairs.append((sample["id"], v))
-        hint = body.get("hint")
         k = body.get("k", 20)
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= FIND_SIMILAR_K_MAX:
             raise BadRequest(f"k must be an integer from 1 to {FIND_SIMILAR_K_MAX}")
@@ -328,10 +335,8 @@ async def find_similar(request: HttpRequest, session_id) -> JsonResponse:
             f"at most {FIND_SIMILAR_PER_MINUTE} searches a minute; try again in a minute", 429
         )
     try:
-        search = await sync_to_async(annotations_similar_by_hint)(
-            samples=pairs, hint=hint if isinstance(hint, str) else None, k=k
-        )
-    except (AnnotationNotFound, VectorNotFound) as exc:
+        search = await sync_to_async(annotations_similar_by_hint)(samples=pairs, hint=hint, k=k)
+    except (AnnotationNotFound, VectorNotFound, ClassNotFound) as exc:
         return _error(str(exc), 404)
     return JsonResponse(
         {

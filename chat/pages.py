@@ -5,7 +5,9 @@ with a turn re-rendered after a live update, or alone: live and reloaded views a
 """
 
 import json
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 from uuid import UUID
 
@@ -17,6 +19,7 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
 
 from geosense.accounts.services import credit_balance
+from geosense.annotations.selectors import annotation_counts
 
 from . import selectors, services
 from .markup import (
@@ -46,6 +49,24 @@ class ShownMessage:
     text: str
     approval: dict[str, Any] | None
     decision: dict[str, Any] | None
+
+
+class _DataClasses(Collection[str]):
+    """The data's classes, read on first use: only a find-similar block without samples asks
+    (so a transcript without one costs no count of the annotations)."""
+
+    @cached_property
+    def _names(self) -> frozenset[str]:
+        return frozenset(annotation_counts())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 @dataclass(frozen=True)
@@ -84,6 +105,7 @@ def transcript_shown(*, session: ChatSession) -> list[ShownMessage]:
     """
     messages = selectors.messages_of_session(session_id=session.pk)
     artifacts = selectors.artifacts_map(session_id=session.pk)
+    classes = _DataClasses()
     responses = responses_in_transcript(m.content for m in messages if m.role == Message.Role.USER)
     asked = transcript_questions(
         ((m.pk, m.role, m.content) for m in messages if m.role in SHOWN_ROLES),
@@ -118,6 +140,7 @@ def transcript_shown(*, session: ChatSession) -> list[ShownMessage]:
                 responses=responses,
                 questions=asked.questions_answered_in(message.pk),
                 message_id=message.pk,
+                classes=classes,
             )
         )
         shown.append(
@@ -238,5 +261,11 @@ def message_preview(request: HttpRequest, session_id: UUID) -> HttpResponse:
     artifacts = selectors.artifacts_map(
         session_id=session.pk, artifact_ids=placeholder_artifact_ids(text)
     )
-    html = render_message(text, role=Message.Role.ASSISTANT, artifacts=artifacts, streaming=True)
+    html = render_message(
+        text,
+        role=Message.Role.ASSISTANT,
+        artifacts=artifacts,
+        streaming=True,
+        classes=_DataClasses(),
+    )
     return HttpResponse(html, content_type="text/html; charset=utf-8")

@@ -8,7 +8,7 @@ hundreds of them and the template engine costs tens of microseconds each).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -16,13 +16,14 @@ from django.template.loader import get_template
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from geosense.annotations.classes import class_noun, class_plural
+from geosense.annotations.classes import class_match, class_noun, class_plural
 
 from .blocks import (
     Answer,
     Area,
     Block,
     Emphasis,
+    FindSimilarBlock,
     HighlightBlock,
     Inline,
     Length,
@@ -151,6 +152,7 @@ def _block_context(
     responses: Mapping[str, Response],
     questions: Mapping[str, QuestionBlock],
     message_id: int | str | None,
+    classes: Collection[str] | None = None,
     streaming: bool = False,
     line_complete: bool = False,
 ) -> dict[str, Any]:
@@ -187,6 +189,7 @@ def _block_context(
         response = responses.get(block.request_id)
         return {
             "block": block,
+            "problem": block.error or _unsearchable(block, classes),
             "body_html": render_inline(block.body),
             "data_json": block.data_json,
             "response": response,
@@ -207,6 +210,18 @@ def _block_context(
     if kind == "response":
         return {"block": block, "words": response_words(block)}
     return {"block": block}
+
+
+def _unsearchable(block: FindSimilarBlock, classes: Collection[str] | None) -> str | None:
+    """Why a valid block's search cannot run on this data, or None: without samples the hint
+    is the class to search, so it must name one (`classes`: the data's, when known)."""
+    data = block.data or {}
+    if data.get("samples") or classes is None:
+        return None
+    hint = str(data.get("hint") or "")
+    if class_match(hint, classes) is not None:
+        return None
+    return f"“{hint}” names no class on this map, and there are no samples to compare with"
 
 
 def response_words(response: Response) -> str:
@@ -231,10 +246,12 @@ def render_blocks(
     responses: Mapping[str, Response] | None = None,
     questions: Mapping[str, QuestionBlock] | None = None,
     message_id: int | str | None = None,
+    classes: Collection[str] | None = None,
     streaming: bool = False,
     line_complete: bool = False,
 ) -> SafeString:
-    """`streaming`: the blocks of a message still being written; its last block may end in
+    """`classes`: the data's classes, when known (a find-similar block whose search cannot
+    run on them renders as an invalid chip). `streaming`: the blocks of a message still being written; its last block may end in
     half-open Markdown, shown as text until it closes (`line_complete`: the text so far ends
     with a line break)."""
     html = []
@@ -246,6 +263,7 @@ def render_blocks(
             responses=responses or {},
             questions=questions or {},
             message_id=message_id,
+            classes=classes,
             streaming=streaming and n == len(blocks) - 1,
             line_complete=line_complete,
         )
@@ -264,6 +282,7 @@ def render_message(
     message_id: int | str | None = None,
     responses: Mapping[str, Response] | None = None,
     questions: Mapping[str, QuestionBlock] | None = None,
+    classes: Collection[str] | None = None,
 ) -> SafeString:
     """HTML for one message, identical on first load and in live updates.
 
@@ -279,6 +298,7 @@ def render_message(
         responses=responses,
         questions=questions,
         message_id=message_id,
+        classes=classes,
         streaming=streaming,
         line_complete=streaming and text.rstrip(" \t").endswith("\n"),
     )

@@ -10,11 +10,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from geosense.annotations.types import SIMILAR_SAMPLES_MAX
+
 from .blocks import ATTRIBUTE_TYPES
 
 MAX_IDS = 100_000
 MAX_ID = 2**63 - 1
-MAX_SAMPLES = 1_000
+# One limit end to end: a block holds no more samples than its button's search takes.
+MAX_SAMPLES = SIMILAR_SAMPLES_MAX
 MAX_HINT = 200
 MAX_VECTOR_NAME = 128
 LINK_TYPES = ("distance", "overlap")
@@ -88,8 +91,10 @@ def find_similar_problem(data: Any) -> str | None:
     if hint is not None and (not isinstance(hint, str) or len(hint) > MAX_HINT):
         return f"hint must be a text of at most {MAX_HINT} characters"
     if samples is not None:
-        if not isinstance(samples, list) or len(samples) > MAX_SAMPLES:
-            return f"samples must be a list of at most {MAX_SAMPLES} annotations"
+        if not isinstance(samples, list):
+            return "samples must be a list of annotations"
+        if len(samples) > MAX_SAMPLES:
+            return f"a search takes at most {MAX_SAMPLES} samples ({len(samples):,} given)"
         for sample in samples:
             if not isinstance(sample, dict) or type(sample.get("id")) is not int:
                 return "each sample needs an integer id"

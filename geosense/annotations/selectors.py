@@ -15,6 +15,7 @@ from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from shapely.geometry import shape
 
+from .classes import class_match
 from .geometry import GEOD
 from .index import ClassIndex, SpatialIndex, nearest_within, spatial_index
 from .models import Annotation
@@ -24,6 +25,7 @@ from .types import (
     AnnotationNotFound,
     AnnotationSummary,
     BBox,
+    ClassNotFound,
     DatasetOverview,
     NearestHit,
     OverlapPair,
@@ -412,12 +414,53 @@ def annotations_similar(
     ]
 
 
+def annotations_typical(*, category: str, k: int, vector: str = DEFAULT_VECTOR) -> list[SimilarHit]:
+    """The k annotations most like their class as a whole: the highest mean cosine similarity
+    to the class's members (vectors standardised per component, as `annotations_similar`
+    compares them). What a find-similar block with a hint and no samples searches."""
+    class_index = spatial_index().classes.get(category)
+    if class_index is None or k <= 0:
+        return []
+    sizes = {
+        len(vectors[vector])
+        for vectors in Annotation.objects.filter(category=category).values_list(
+            "vectors", flat=True
+        )[:1]
+        if isinstance(vectors, dict) and isinstance(vectors.get(vector), list)
+    }
+    if not sizes:
+        return []
+    matrix = class_index.vector_matrix(vector, sizes.pop())
+    if not len(matrix.positions):
+        return []
+    scores = matrix.unit_rows @ matrix.unit_rows.mean(axis=0)
+    positions = matrix.positions
+    if len(positions) > k:
+        top = np.argpartition(-scores, k - 1)[:k]
+        positions, scores = positions[top], scores[top]
+    order = np.lexsort((class_index.ids[positions], -scores))
+    return [
+        SimilarHit(
+            id=int(class_index.ids[positions[i]]),
+            category=category,
+            score=round(float(scores[i]), 6),
+        )
+        for i in order
+    ]
+
+
 def annotations_similar_by_hint(
     *, samples: Sequence[tuple[int, str | None]], hint: str | None, k: int
 ) -> SimilarSearch:
-    """The reader's find-similar search (a block's button): the hint is the class to search
-    when it names one; any other hint searches the first sample's class, as a model's hint is
-    free text ("pools", "big ones")."""
-    category = hint if hint and hint in annotation_counts() else None
+    """The reader's find-similar search (a block's button). The hint is the class to search
+    when it names one ("pool", "pools"); any other hint searches the first sample's class, as a
+    model's hint is free text ("big ones"). Without samples the hint must name a class: the
+    search then finds the annotations most typical of it (`annotations_typical`)."""
+    counts = annotation_counts()
+    category = class_match(hint, counts) if hint else None
+    if not samples:
+        if category is None:
+            raise ClassNotFound(f"{hint!r} names no class, and there are no samples")
+        return SimilarSearch(category=category, hits=annotations_typical(category=category, k=k))
     hits = annotations_similar(samples=samples, category=category, k=k)
     return SimilarSearch(category=hits[0].category if hits else category, hits=hits)

@@ -14,7 +14,7 @@ DEFAULT_VECTOR = "shape"
 #: tools' schemas all use it).
 CLASS_MAX_LENGTH = 64
 #: A similarity search takes at most this many samples and returns at most this many hits
-#: (the `similarity_search` tool and the page's find-similar button alike).
+#: (the `similarity_search` tool, a find-similar block and the page's button alike).
 SIMILAR_SAMPLES_MAX = 20
 SIMILAR_K_MAX = 200
 
@@ -25,6 +25,10 @@ class AnnotationNotFound(LookupError):
 
 class VectorNotFound(LookupError):
     """A sample annotation has no feature vector of the requested name."""
+
+
+class ClassNotFound(LookupError):
+    """A search by class (a find-similar hint with no samples) names no class of the data."""
 
 
 class GeometryError(ValueError):

@@ -90,7 +90,10 @@ async function runFindSimilar(chat, block, button) {
     reset();
     return;
   }
-  const body = { samples: data.samples || [] };
+  // A hint alone searches its class (the server renders a block whose search cannot run as
+  // an invalid chip, without this button).
+  const body = {};
+  if (data.samples?.length) body.samples = data.samples;
   if (data.hint) body.hint = data.hint;
   const response = await request(`/api/sessions/${chat.session()}/find-similar`, {
     method: 'POST',

@@ -13,6 +13,8 @@ from geosense.annotations.selectors import (
     annotations_nearest,
     annotations_overlapping,
     annotations_similar,
+    annotations_similar_by_hint,
+    annotations_typical,
     annotations_within_distance,
 )
 from geosense.annotations.services import (
@@ -20,7 +22,7 @@ from geosense.annotations.services import (
     annotations_restore,
     annotations_soft_delete,
 )
-from geosense.annotations.types import AnnotationNotFound, VectorNotFound
+from geosense.annotations.types import AnnotationNotFound, ClassNotFound, VectorNotFound
 
 from .shapes import line, point, rectangle
 
@@ -240,6 +242,37 @@ def test_similarity_uses_the_named_vector_of_a_sample():
     hits = annotations_similar(samples=[(sample.id, "colour")], k=1)
 
     assert [h.id for h in hits] == [red.id]
+
+
+def test_a_search_by_class_ranks_the_most_typical_members_first():
+    def roof(lat_step: float, colour: list[float]):
+        return annotation_create(
+            category="roof", geometry=point(LON, LAT + lat_step), vectors={"shape": colour}
+        )
+
+    typical = [roof(0.001 * i, [1.0 + 0.01 * i, 1.0, 0.1]) for i in range(5)]
+    odd = roof(0.01, [0.0, 0.1, 3.0])
+
+    hits = annotations_typical(category="roof", k=6)
+
+    assert {h.id for h in hits[:5]} == {r.id for r in typical}
+    assert hits[-1].id == odd.id and hits[0].score > hits[-1].score
+    assert annotations_typical(category="castle", k=5) == []
+
+
+def test_the_readers_search_takes_a_hint_alone_as_its_class():
+    pools = [
+        annotation_create(category="pool", geometry=rectangle(LON + 0.001 * i, LAT, 5 + i, 4))
+        for i in range(4)
+    ]
+    annotation_create(category="house", geometry=rectangle(LON, LAT + 0.01, 12, 10))
+
+    search = annotations_similar_by_hint(samples=[], hint="Pools", k=3)
+
+    assert search.category == "pool" and len(search.hits) == 3
+    assert {h.id for h in search.hits} <= {p.id for p in pools}
+    with pytest.raises(ClassNotFound):
+        annotations_similar_by_hint(samples=[], hint="unicorn", k=3)
 
 
 def test_similarity_refuses_unknown_samples_and_vectors():

@@ -564,6 +564,25 @@ def test_seed_find_similar_renders_json_request_id_button_and_chips():
     ]
 
 
+@pytest.mark.parametrize(
+    ("data", "classes", "runs"),
+    [
+        ('{"hint": "pools"}', {"pool", "house"}, True),
+        ('{"hint": "unicorn"}', {"pool", "house"}, False),
+        ('{"hint": "unicorn", "samples": [{"id": 3}]}', {"pool"}, True),  # the sample's class
+        ('{"hint": "unicorn"}', None, True),  # the data's classes unknown: not judged
+    ],
+)
+def test_a_find_similar_block_offers_its_button_only_when_its_search_can_run(data, classes, runs):
+    page = render(f"<tool type=\"find-similar\" data='{data}'>Find</tool>", classes=classes)
+    assert bool(page.find("button", "find-similar-run")) is runs
+    if not runs:
+        chip = page.one("span", "markup-error")
+        assert chip["attrs"]["title"] == (
+            "“unicorn” names no class on this map, and there are no samples to compare with"
+        )
+
+
 def test_find_similar_already_run_shows_its_response():
     responses = responses_in_transcript(
         [response_compose(class_id="pool", request_id="31-fs1", count=4, class_name="pool")]

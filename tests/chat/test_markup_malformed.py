@@ -109,7 +109,11 @@ def test_invalid_highlight_payload_is_an_error_chip_and_the_message_still_render
         ("{}", "find-similar needs a hint or samples"),
         ('{"hint": 3}', "hint must be a text of at most 200 characters"),
         ('{"hint": "' + "p" * 201 + '"}', "hint must be a text of at most 200 characters"),
-        ('{"samples": {"id": 1}}', "samples must be a list of at most 1000 annotations"),
+        ('{"samples": {"id": 1}}', "samples must be a list of annotations"),
+        (
+            json.dumps({"samples": [{"id": i} for i in range(21)]}),
+            "a search takes at most 20 samples (21 given)",
+        ),
         ('{"samples": [{"id": "25"}]}', "each sample needs an integer id"),
         ('{"samples": [25]}', "each sample needs an integer id"),
         ('{"samples": [{"id": 25, "v": 7}]}', "a sample's v must be a short text"),
