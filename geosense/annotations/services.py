@@ -10,6 +10,7 @@ indexes cached in every process rebuild on their next query.
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from .geometry import (
     size_attribute,
 )
 from .models import Annotation, AnnotationRevision
-from .types import CLASS_MAX_LENGTH, DEFAULT_VECTOR, GeometryError, SeedReport
+from .types import CLASS_MAX_LENGTH, DEFAULT_VECTOR, GeometryError, ImportReport, SeedReport
 
 MAX_VECTOR_SIZE = 4096
 VECTOR_NAME_MAX_LENGTH = 64
@@ -199,9 +200,18 @@ def _bulk_insert(
     return len(rows)
 
 
-def _features_parse(
-    collection: Any, class_property: str
-) -> tuple[list[str], list[Any], list[dict[str, Any]]]:
+@dataclass(frozen=True)
+class _Features:
+    """The features of a collection that will be imported, with their ids, and the skipped."""
+
+    categories: list[str] = field(default_factory=list)
+    geoms: list[Any] = field(default_factory=list)
+    attributes: list[dict[str, Any]] = field(default_factory=list)
+    keys: list[str | None] = field(default_factory=list)  # the feature ids, as text
+    skipped: list[int] = field(default_factory=list)  # positions of features without a class
+
+
+def _collection_check(collection: Any) -> list[Any]:
     if not isinstance(collection, dict) or collection.get("type") != "FeatureCollection":
         raise GeoJSONImportError(
             'not a GeoJSON FeatureCollection (its "type" must be "FeatureCollection")'
@@ -216,47 +226,165 @@ def _features_parse(
     features = collection.get("features")
     if not isinstance(features, list):
         raise GeoJSONImportError('a FeatureCollection needs a "features" array')
-    categories, geoms, attributes = [], [], []
-    for n, feature in enumerate(features):
+    return features
+
+
+def _feature_id(feature: dict[str, Any], properties: dict[str, Any], id_property: str | None):
+    """The feature's stable id: its GeoJSON `id`, or the `id_property` property."""
+    value = properties.get(id_property) if id_property else feature.get("id")
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    return value
+
+
+def _features_parse(
+    collection: Any, class_property: str, *, default_class: str | None, id_property: str | None
+) -> _Features:
+    parsed = _Features()
+    seen: dict[str, int] = {}
+    for n, feature in enumerate(_collection_check(collection)):
         where = f"feature {n}"
         if not isinstance(feature, dict) or feature.get("type") != "Feature":
             raise GeoJSONImportError(f"{where}: not a GeoJSON Feature")
         properties = feature.get("properties") or {}
         if not isinstance(properties, dict):
             raise GeoJSONImportError(f"{where}: properties must be an object")
-        if class_property not in properties:
-            raise GeoJSONImportError(
-                f"{where}: no {class_property!r} property to take its class from (see --class-property)"
-            )
+        category = properties.get(class_property)
+        if category is None or (isinstance(category, str) and not category.strip()):
+            if default_class is None:
+                parsed.skipped.append(n)
+                continue
+            category = default_class
         try:
-            categories.append(_category_clean(properties[class_property]))
-            geoms.append(geometry_parse(feature.get("geometry")))
+            parsed.categories.append(_category_clean(category))
+            parsed.geoms.append(geometry_parse(feature.get("geometry")))
         except (ValueError, GeometryError) as exc:
             raise GeoJSONImportError(f"{where}: {exc}") from exc
         extra = {key: value for key, value in properties.items() if key != class_property}
-        if "id" in feature:
-            extra.setdefault("feature_id", feature["id"])
-        attributes.append(extra)
-    return categories, geoms, attributes
+        feature_id = _feature_id(feature, properties, id_property)
+        key = None if feature_id is None else str(feature_id)
+        if key is not None:
+            if key in seen:
+                raise GeoJSONImportError(
+                    f"{where}: the id {feature_id!r} is also feature {seen[key]}'s"
+                )
+            seen[key] = n
+            extra["feature_id"] = feature_id
+        parsed.attributes.append(extra)
+        parsed.keys.append(key)
+    return parsed
+
+
+def _imported_before(source: str) -> dict[str, Annotation]:
+    """The annotations an earlier import of `source` made (deleted ones too), by feature id."""
+    return {
+        str(annotation.attributes["feature_id"]): annotation
+        for annotation in Annotation.all_objects.filter(source=source).only(
+            "id", "category", "geometry", "attributes", "vectors"
+        )
+        if isinstance(annotation.attributes, dict) and "feature_id" in annotation.attributes
+    }
+
+
+def _update_in_place(annotation: Annotation, category: str, geom: Any, attrs: dict) -> bool:
+    """Give an imported annotation its feature's new class, shape and properties; False when
+    nothing changed."""
+    geometry = geometry_dict(geom)
+    if (annotation.category, annotation.geometry, annotation.attributes) == (
+        category,
+        geometry,
+        attrs,
+    ):
+        return False
+    area, length = geodesic_measures(geom)
+    annotation.min_lon, annotation.min_lat, annotation.max_lon, annotation.max_lat = bbox_of(geom)
+    annotation.category, annotation.geometry, annotation.attributes = category, geometry, attrs
+    annotation.area_m2, annotation.length_m = area, length
+    annotation.vectors = {**(annotation.vectors or {}), DEFAULT_VECTOR: shape_vector(geom, attrs)}
+    annotation.updated = timezone.now()
+    return True
+
+
+UPDATED_FIELDS = (
+    "category",
+    "geometry",
+    "min_lon",
+    "min_lat",
+    "max_lon",
+    "max_lat",
+    "area_m2",
+    "length_m",
+    "attributes",
+    "vectors",
+    "updated",
+)
 
 
 def annotations_import_geojson(
-    *, collection: Any, class_property: str = "class", source: str = "import"
-) -> int:
-    """Import a WGS84 FeatureCollection: every feature or none (GeoJSONImportError says why)."""
-    categories, geoms, attributes = _features_parse(collection, class_property)
-    vectors = [
-        {DEFAULT_VECTOR: shape_vector(geom, attrs)}
-        for geom, attrs in zip(geoms, attributes, strict=True)
-    ]
+    *,
+    collection: Any,
+    class_property: str = "class",
+    source: str = "import",
+    default_class: str | None = None,
+    id_property: str | None = None,
+) -> ImportReport:
+    """Import a WGS84 FeatureCollection (GeoJSONImportError says where and why nothing was).
+
+    A feature with a stable id (its GeoJSON `id`, or the `id_property` property) that an earlier
+    import of the same `source` made updates that annotation in place (a deleted one stays
+    deleted); a second import of a source whose features have no id is refused, as it could
+    only duplicate them. A feature without a class takes `default_class`, or is skipped and
+    reported. Every other problem refuses the whole file.
+    """
+    parsed = _features_parse(
+        collection, class_property, default_class=default_class, id_property=id_property
+    )
+    source = source[:64]
     with transaction.atomic():
-        return _bulk_insert(
-            categories=categories,
-            geoms_lonlat=np.array(geoms, dtype=object),
-            attributes=attributes,
-            vectors=vectors,
-            source=source[:64],
+        before = _imported_before(source)
+        if (
+            any(key is None for key in parsed.keys)
+            and Annotation.all_objects.filter(source=source).exists()
+        ):
+            raise GeoJSONImportError(
+                "this file was imported before and some of its features have no id, so they "
+                "cannot be matched to the annotations it made: give every feature an id (or "
+                "name one with --id-property), or delete the earlier import in the admin"
+            )
+        new = [n for n, key in enumerate(parsed.keys) if key is None or key not in before]
+        changed = [
+            before[key]
+            for key, category, geom, attrs in zip(
+                parsed.keys, parsed.categories, parsed.geoms, parsed.attributes, strict=True
+            )
+            if key is not None
+            and key in before
+            and _update_in_place(before[key], category, geom, attrs)
+        ]
+        if changed:
+            Annotation.all_objects.bulk_update(changed, UPDATED_FIELDS, batch_size=INSERT_BATCH)
+            AnnotationRevision.bump()
+        created = (
+            _bulk_insert(
+                categories=[parsed.categories[n] for n in new],
+                geoms_lonlat=np.array([parsed.geoms[n] for n in new], dtype=object),
+                attributes=[parsed.attributes[n] for n in new],
+                vectors=[
+                    {DEFAULT_VECTOR: shape_vector(parsed.geoms[n], parsed.attributes[n])}
+                    for n in new
+                ],
+                source=source,
+            )
+            if new
+            else 0
         )
+    matched = len(parsed.keys) - len(new)
+    return ImportReport(
+        created=created,
+        updated=len(changed),
+        unchanged=matched - len(changed),
+        skipped=tuple(parsed.skipped),
+    )
 
 
 def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:

@@ -139,6 +139,17 @@ class AnnotationMeasures:
 
 
 @dataclass(frozen=True, slots=True)
+class ImportReport:
+    """What an import did: annotations made, changed in place and left as they were (matched by
+    feature id), and the positions of the features skipped for want of a class."""
+
+    created: int
+    updated: int
+    unchanged: int
+    skipped: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SeedReport:
     place: str
     created: int

@@ -66,7 +66,7 @@ def test_import_geojson_reads_a_file_with_a_class_property(tmp_path):
     output = run("import_geojson", str(path), "--class-property", "landuse")
 
     park = Annotation.objects.get()
-    assert "Imported 1 annotations" in output
+    assert output.endswith("parks.geojson: 1 new\n")
     assert park.category == "park"
     assert park.attributes == {"feature_id": "p1"}
 
