@@ -64,6 +64,9 @@ STEP_LIMIT_NOTE = (
     "Please rephrase or narrow the request."
 )
 FAILED_NOTE = "Something went wrong while answering. The conversation is saved; please try again."
+# Before an agent's own words about its failure (its model server's, for instance): the note and
+# the `error` event are read by a person as they are.
+AGENT_FAILED = "The assistant could not answer."
 ONE_WAY_DELIVERED = {"ok": True, "delivered": "shown to the user"}
 
 _running: set[asyncio.Task] = set()
@@ -262,7 +265,7 @@ class TurnRunner:
         except asyncio.CancelledError:
             raise
         except AgentError as exc:
-            await self._fail(str(exc))
+            await self._fail(f"{AGENT_FAILED} {exc}")
         except Exception:
             logger.exception("turn %s#%s failed", self.session_id, self.turn)
             await self._fail(FAILED_NOTE)

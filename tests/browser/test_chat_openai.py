@@ -86,7 +86,7 @@ def test_a_failing_model_is_shown_in_the_chat_and_the_page_stays_usable(openai_p
 
     ask(page, "how many trees are there?")
 
-    expect(page.get_by_test_id("notice")).to_contain_text("The assistant ran into a problem")
+    expect(page.get_by_test_id("notice")).to_contain_text("The assistant could not answer.")
     expect(page.locator(".message.note")).to_have_count(1)
     expect(page.get_by_role("button", name="Send")).to_be_enabled()
     fake_llm.reply_text("Back again.")

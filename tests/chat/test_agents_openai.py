@@ -46,13 +46,12 @@ async def test_every_dialect_plays_through_the_agent_and_the_engine(
     assert out.names()[0] == "turn_start" and out.names()[-1] == "turn_end"
     history = await _stored(trusted_caller.session)
     if played.error:
-        assert out.of("error") == [
-            {"message": f"The language model server reported an error: {played.error}"}
-        ]
-        assert history == [
-            ("user", ASKED, [], ""),
-            ("note", f"The language model server reported an error: {played.error}", [], ""),
-        ]
+        said = (
+            "The assistant could not answer. "
+            f"The language model server reported an error: {played.error}"
+        )
+        assert out.of("error") == [{"message": said}]
+        assert history == [("user", ASKED, [], ""), ("note", said, [], "")]
         return
 
     thinking = [e["text"] for e in out.of("backend_thinking")]
@@ -197,7 +196,12 @@ async def test_the_request_timeout_setting_ends_a_silent_server_with_a_readable_
         client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
     )
 
-    assert out.of("error") == [{"message": "The language model server did not answer in time."}]
+    assert out.of("error") == [
+        {
+            "message": "The assistant could not answer. "
+            "The language model server did not answer in time."
+        }
+    ]
 
 
 @pytest.mark.asyncio
@@ -210,5 +214,8 @@ async def test_an_http_error_keeps_the_servers_explanation(client, trusted_calle
     )
 
     assert out.of("error") == [
-        {"message": "The language model server answered HTTP 400. max_tokens must be at most 4096"}
+        {
+            "message": "The assistant could not answer. The language model server answered "
+            "HTTP 400. max_tokens must be at most 4096"
+        }
     ]
