@@ -399,7 +399,13 @@ def annotations_similar(
         seen[matrix.positions] += 1
     eligible = (seen == len(wanted)) & ~np.isin(class_index.ids, sample_ids)
     positions = np.flatnonzero(eligible)
-    scores = total[positions] / len(wanted)
+    return _top_hits(class_index, positions, total[positions] / len(wanted), k=k)
+
+
+def _top_hits(
+    class_index: ClassIndex, positions: np.ndarray, scores: np.ndarray, *, k: int
+) -> list[SimilarHit]:
+    """The k best-scored positions of a class as hits, best first (ties: the lower id)."""
     if len(positions) > k:
         top = np.argpartition(-scores, k - 1)[:k]
         positions, scores = positions[top], scores[top]
@@ -407,7 +413,7 @@ def annotations_similar(
     return [
         SimilarHit(
             id=int(class_index.ids[positions[i]]),
-            category=category,
+            category=class_index.category,
             score=round(float(scores[i]), 6),
         )
         for i in order
@@ -434,19 +440,7 @@ def annotations_typical(*, category: str, k: int, vector: str = DEFAULT_VECTOR) 
     if not len(matrix.positions):
         return []
     scores = matrix.unit_rows @ matrix.unit_rows.mean(axis=0)
-    positions = matrix.positions
-    if len(positions) > k:
-        top = np.argpartition(-scores, k - 1)[:k]
-        positions, scores = positions[top], scores[top]
-    order = np.lexsort((class_index.ids[positions], -scores))
-    return [
-        SimilarHit(
-            id=int(class_index.ids[positions[i]]),
-            category=category,
-            score=round(float(scores[i]), 6),
-        )
-        for i in order
-    ]
+    return _top_hits(class_index, matrix.positions, scores, k=k)
 
 
 def annotations_similar_by_hint(
