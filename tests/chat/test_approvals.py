@@ -376,10 +376,11 @@ async def test_an_ordinary_users_deletion_is_refused_before_any_approval_card(
     assert not await Approval.objects.aexists()
     assert out.message["pending_approval"] is None
     (error,) = out.of("error")
-    assert "may not run delete_annotations" in error["message"]
-    assert "annotations.delete_annotation" in error["message"]
+    assert error["message"].startswith("You may not use “Delete annotations”")
+    assert "delete_annotation" not in error["message"]  # the code names are the model's
     (call,) = out.of("backend_tool_call")
     assert call["ok"] is False and "Refused before running" in call["error"]
+    assert "annotations.delete_annotation" in call["error"] and call["problem"] == error["message"]
     assert await Annotation.objects.filter(pk=target).aexists()
 
 
@@ -393,5 +394,5 @@ async def test_a_permission_withdrawn_while_the_approval_waited_refuses_on_appro
     await asyncio.to_thread(trusted_caller.user.user_permissions.clear)
     openai_agent.reply_text("Not allowed.")
     out = await _resume(client, trusted_caller, pending["id"], "approve")
-    assert "may not run delete_annotations" in out.of("error")[0]["message"]
+    assert "You may not use “Delete annotations”" in out.of("error")[0]["message"]
     assert await Annotation.objects.filter(pk=target).aexists()
