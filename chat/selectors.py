@@ -1,6 +1,5 @@
 """Reads of the chat core: what the API shows, what the model is fed, what the engine needs."""
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,8 +19,6 @@ from .models import (
     Message,
     PendingDecision,
 )
-
-CONTEXT_PREVIEW_CHARS = 4000
 
 
 def session_of_user(*, session_id: object, user) -> ChatSession | None:
@@ -148,60 +145,6 @@ def artifact_of_session(*, session_id: object, artifact_id: str) -> Artifact | N
     return Artifact.objects.filter(session_id=session_id, artifact_id=artifact_id).first()
 
 
-def _user_content_for_model(message: Message, contexts: list[Artifact]) -> str:
-    if not contexts:
-        return message.content
-    parts = [message.content]
-    for artifact in contexts:
-        body = json.dumps(artifact.data, ensure_ascii=False)
-        if len(body) > CONTEXT_PREVIEW_CHARS:
-            body = body[:CONTEXT_PREVIEW_CHARS] + "… (truncated; the full data is in the artifact)"
-        parts.append(
-            f'\n[context type="{artifact.kind}" artifact_id="{artifact.artifact_id}"] {body}'
-        )
-    return "".join(parts)
-
-
-def llm_history(*, session_id: object) -> list[dict[str, Any]]:
-    """The transcript in OpenAI chat format, re-feedable after a restart.
-
-    Notes are left out; data contexts attached to a user message are shown after its text.
-    """
-    contexts: dict[int, list[Artifact]] = {}
-    for artifact in Artifact.objects.filter(session_id=session_id, message__isnull=False).order_by(
-        "id"
-    ):
-        contexts.setdefault(artifact.message_id, []).append(artifact)
-    history: list[dict[str, Any]] = []
-    for message in (
-        Message.objects.filter(session_id=session_id).exclude(role=Message.Role.NOTE).order_by("id")
-    ):
-        if message.role == Message.Role.USER:
-            history.append(
-                {
-                    "role": "user",
-                    "content": _user_content_for_model(message, contexts.get(message.pk, [])),
-                }
-            )
-        elif message.role == Message.Role.ASSISTANT:
-            entry: dict[str, Any] = {"role": "assistant", "content": message.content or None}
-            if message.tool_calls:
-                entry["tool_calls"] = [
-                    {
-                        "id": call["id"],
-                        "type": "function",
-                        "function": {"name": call["name"], "arguments": call["arguments"]},
-                    }
-                    for call in message.tool_calls
-                ]
-            history.append(entry)
-        else:
-            history.append(
-                {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-            )
-    return history
-
-
 def calls_without_result(*, message: Message) -> list[dict[str, Any]]:
     answered = set(
         Message.objects.filter(session_id=message.session_id, role=Message.Role.TOOL).values_list(
@@ -240,7 +183,7 @@ def client_toolset_of_session(*, session_id: object) -> ClientToolset | None:
 
 def user_request_latest(*, session_id: object) -> UserRequest:
     """The session's latest user message and the data contexts attached to it, as data (the
-    model reads them as text in `llm_history`; the local agent reads them as they are)."""
+    model reads them as text in `chat.history`; the local agent reads them as they are)."""
     message = (
         Message.objects.filter(session_id=session_id, role=Message.Role.USER)
         .order_by("-id")

@@ -52,6 +52,7 @@ from .agents import (
 from .agents.base import Agent
 from .agents.prompts import system_prompt
 from .events import EventSink
+from .history import LEFT_OUT_NOTE, history_budget, history_window
 from .models import Message
 
 logger = logging.getLogger(__name__)
@@ -353,7 +354,7 @@ class TurnRunner:
             specs = [t.openai_spec() for t in backend_tools()]
             if toolset is not None:
                 specs += [t.openai_spec() for t in toolset.tools.values()]
-            history, context = await self._history()
+            history, context = await self._history(specs)
             text, calls = await self._ask(history, specs, context, stream=True)
             message = await in_thread(services.message_store)(
                 session_id=self.session_id,
@@ -386,13 +387,23 @@ class TurnRunner:
     async def _toolset(self) -> client_tools.ClientToolset | None:
         return await in_thread(selectors.client_toolset_of_session)(session_id=self.session_id)
 
-    async def _history(self) -> tuple[list[dict[str, Any]], AgentContext]:
+    async def _history(
+        self, specs: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], AgentContext]:
+        """The system prompt and the newest turns that fit the model's context
+        (chat/history.py): pictures as images when the agent takes them."""
         overview = await in_thread(annotation_overview)()
-        history = await in_thread(selectors.llm_history)(session_id=self.session_id)
-        request = await in_thread(selectors.user_request_latest)(session_id=self.session_id)
         prompt = system_prompt(overview=overview.counts, shapes=overview.shapes)
+        window = await in_thread(history_window)(
+            session_id=self.session_id,
+            budget=history_budget(system=prompt, tools=specs),
+            images=getattr(self.agent, "accepts_images", False),
+        )
+        request = await in_thread(selectors.user_request_latest)(session_id=self.session_id)
+        if window.left_out:
+            prompt = f"{prompt}\n\n{LEFT_OUT_NOTE}"
         return (
-            [{"role": "system", "content": prompt}, *history],
+            [{"role": "system", "content": prompt}, *window.messages],
             AgentContext(overview=overview.counts, shapes=overview.shapes, request=request),
         )
 

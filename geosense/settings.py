@@ -272,6 +272,16 @@ if GEOSENSE_LLM_TOOL_CHOICE is not None and not re.fullmatch(
     raise ImproperlyConfigured(
         "GEOSENSE_LLM_TOOL_CHOICE must be auto, none, required or the name of a tool."
     )
+# Image contexts go to the model as image parts; off (or after the server refuses images once):
+# a short text description instead (docs/models.md, "Images").
+GEOSENSE_LLM_VISION = _env_bool("GEOSENSE_LLM_VISION", default=True)
+# The model's context window (an estimate of tokens): the oldest whole turns are left out of a
+# request to fit (docs/models.md, "Long conversations").
+GEOSENSE_LLM_CONTEXT_TOKENS = _env_number("GEOSENSE_LLM_CONTEXT_TOKENS", int, low=1024) or 32_000
+# Credits charged per 1,000 model tokens of a turn, through the credit ledger; 0: free.
+GEOSENSE_CREDITS_PER_1K_TOKENS = (
+    _env_number("GEOSENSE_CREDITS_PER_1K_TOKENS", float, low=0, high=1_000_000) or 0.0
+)
 GEOSENSE_CLIENT_TOOL_TIMEOUT = float(os.environ.get("GEOSENSE_CLIENT_TOOL_TIMEOUT", "30"))
 # Seconds a turn's claim on its session lasts unless renewed (a running turn renews it every
 # quarter): after a crash, the session takes a new turn at most this long after the last renewal.
