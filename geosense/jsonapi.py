@@ -1,4 +1,4 @@
-"""Every answer under /api/ is JSON, errors included.
+"""Every answer under /api/ (and /tiles/, the map's tiles) is JSON, errors included.
 
 Django answers some requests before (or instead of) a view, in HTML: an unknown path (404), a
 method a view does not take (405), a failed CSRF check (403), an exception (500). A script
@@ -13,11 +13,11 @@ from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
-API_PREFIX = "/api/"
+API_PREFIXES = ("/api/", "/tiles/")
 
 
 def is_api(request: HttpRequest) -> bool:
-    return request.path.startswith(API_PREFIX)
+    return request.path.startswith(API_PREFIXES)
 
 
 def _as_json(request: HttpRequest, response: HttpResponse) -> HttpResponse:

@@ -16,6 +16,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("geosense.accounts.urls")),
     path("api/", include("geosense.annotations.urls")),
+    path("tiles/", include("geosense.annotations.tile_urls")),
     path("api/", include("chat.api_urls")),
     path("", include("chat.page_urls")),
 ]

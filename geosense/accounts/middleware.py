@@ -42,14 +42,16 @@ def _refused() -> JsonResponse:
     return JsonResponse({"error": "invalid bearer token"}, status=401)
 
 
-# Where a bearer token is accepted: the JSON API (and the socket, below). Never the admin or
-# the pages, where a token would stand in for a login without CSRF.
-TOKEN_SCOPE_PREFIX = "/api/"
+# Where a bearer token is accepted: the JSON API, the map's vector tiles (reads only) and the
+# socket (below). Never the admin or the pages, where a token would stand in for a login
+# without CSRF.
+TOKEN_SCOPE_PREFIXES = ("/api/", "/tiles/")
 
 
 def _out_of_scope() -> JsonResponse:
     return JsonResponse(
-        {"error": "a bearer token is accepted by /api/ and the socket only"}, status=401
+        {"error": "a bearer token is accepted by /api/, /tiles/ and the socket only"},
+        status=401,
     )
 
 
@@ -60,7 +62,7 @@ def BearerTokenMiddleware(get_response):
         async def middleware(request: HttpRequest):
             raw = _bearer(request.headers.get("Authorization"))
             if raw is not None:
-                if not request.path.startswith(TOKEN_SCOPE_PREFIX):
+                if not request.path.startswith(TOKEN_SCOPE_PREFIXES):
                     return _out_of_scope()
                 user = await sync_to_async(api_token_user)(raw=raw)
                 if user is None:
@@ -73,7 +75,7 @@ def BearerTokenMiddleware(get_response):
         def middleware(request: HttpRequest):
             raw = _bearer(request.headers.get("Authorization"))
             if raw is not None:
-                if not request.path.startswith(TOKEN_SCOPE_PREFIX):
+                if not request.path.startswith(TOKEN_SCOPE_PREFIXES):
                     return _out_of_scope()
                 user = api_token_user(raw=raw)
                 if user is None:

@@ -1,8 +1,12 @@
 """The in-process spatial index: live annotations projected to metres, one STRtree per class.
 
-Built on first use and rebuilt when `AnnotationRevision` says the table changed (one
-primary-key read per query), so writes by other processes are seen. Feature-vector matrices
-for similarity are loaded per (class, vector name) on first use and live as long as the index.
+Built on first use (or as the process starts, `GEOSENSE_INDEX_WARM`) and kept in step with
+`AnnotationRevision` (one primary-key read per query), so writes by other processes are seen:
+a write of content (a new generation) rebuilds it; a soft delete or a restore only reads the
+ids deleted now and rebuilds the trees of the classes they touch (`_spatial_index_sync`).
+Each class keeps its annotations' measures, so answers read none through the ORM.
+Feature-vector matrices for similarity are loaded per (class, vector name) on first use and
+follow deletions and restores without another read.
 """
 
 import gc
@@ -27,6 +31,18 @@ class VectorMatrix:
     unit_rows: np.ndarray
     mean: np.ndarray
     std: np.ndarray
+    raw: np.ndarray  # the vectors as stored, to standardise again after a deletion
+
+    @classmethod
+    def of(cls, positions: np.ndarray, matrix: np.ndarray) -> "VectorMatrix":
+        size = matrix.shape[1]
+        mean = matrix.mean(axis=0) if len(matrix) else np.zeros(size)
+        std = matrix.std(axis=0) if len(matrix) else np.ones(size)
+        std = np.where(std > 1e-12, std, 1.0)
+        standard = (matrix - mean) / std
+        norms = np.linalg.norm(standard, axis=1, keepdims=True)
+        unit_rows = np.divide(standard, norms, out=np.zeros_like(standard), where=norms > 0)
+        return cls(positions=positions, unit_rows=unit_rows, mean=mean, std=std, raw=matrix)
 
     def unit(self, vector: np.ndarray) -> np.ndarray:
         standard = (vector - self.mean) / self.std
@@ -39,7 +55,9 @@ class ClassIndex:
     """One class's live annotations in id order: lon/lat `bounds` for bbox filters, projected
     `geoms` with their `tree`, and for the bounds `nearest_within` prunes with, their projected
     bounding boxes (`extents`: rows minx, miny, maxx, maxy) and one point on each (`anchors`:
-    rows x, y of its first vertex). Rows, not columns, so that gathers are contiguous."""
+    rows x, y of its first vertex). Rows, not columns, so that gathers are contiguous.
+    `measures` holds each one's geodesic (area_m2, length_m) as stored; `derived`, arrays of
+    one row per annotation that other modules work out once (the tiles' Web Mercator shapes)."""
 
     category: str
     ids: np.ndarray
@@ -48,11 +66,18 @@ class ClassIndex:
     tree: shapely.STRtree
     extents: np.ndarray
     anchors: np.ndarray
+    measures: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
     vectors: dict[tuple[str, int], VectorMatrix] = field(default_factory=dict)
+    derived: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def build(
-        cls, category: str, ids: np.ndarray, geoms: np.ndarray, bounds: np.ndarray
+        cls,
+        category: str,
+        ids: np.ndarray,
+        geoms: np.ndarray,
+        bounds: np.ndarray,
+        measures: np.ndarray | None = None,
     ) -> "ClassIndex":
         """The index of one class from its ids, projected geometries and lon/lat bounds."""
         return cls(
@@ -63,7 +88,40 @@ class ClassIndex:
             tree=shapely.STRtree(geoms),
             extents=np.ascontiguousarray(shapely.bounds(geoms).T),
             anchors=np.ascontiguousarray(_first_vertices(geoms).T),
+            measures=np.zeros((len(ids), 2)) if measures is None else measures,
         )
+
+    def without(self, drop: np.ndarray) -> "ClassIndex":
+        """This class less the annotations at the positions where drop is True: the tree is
+        built again from the geometries kept (nothing is parsed or read)."""
+        keep = ~drop
+        new_position = np.cumsum(keep) - 1
+        tree_of = self.geoms[keep]
+        smaller = ClassIndex(
+            category=self.category,
+            ids=self.ids[keep],
+            geoms=tree_of,
+            bounds=self.bounds[keep],
+            tree=shapely.STRtree(tree_of),
+            extents=np.ascontiguousarray(self.extents[:, keep]),
+            anchors=np.ascontiguousarray(self.anchors[:, keep]),
+            measures=self.measures[keep],
+            derived={name: rows[keep] for name, rows in self.derived.items()},
+        )
+        for key, matrix in self.vectors.items():
+            kept = keep[matrix.positions]
+            smaller.vectors[key] = VectorMatrix.of(
+                new_position[matrix.positions[kept]], matrix.raw[kept]
+            )
+        return smaller
+
+    def position_of(self, ids: np.ndarray) -> np.ndarray:
+        """Positions of ids in this class (ids are sorted); -1 for an id not in it."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(self.ids):
+            return np.full(len(ids), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+        return np.where(self.ids[at] == ids, at, -1)
 
     def positions_in(self, bbox: BBox | None) -> np.ndarray:
         """Positions of the annotations whose bounding box meets bbox (all when None)."""
@@ -88,10 +146,33 @@ class ClassIndex:
 
 @dataclass
 class SpatialIndex:
+    """Every class's index at one revision; `generation` is the content it was built from and
+    `deleted` the ids (sorted) deleted then, which `_spatial_index_sync` compares with now."""
+
     revision: str
     projection: LocalProjection
     scale: float
     classes: dict[str, ClassIndex]
+    generation: str = ""
+    deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    memo: dict[str, object] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        """Live annotations per class, by class name."""
+        return {name: len(self.classes[name].ids) for name in sorted(self.classes)}
+
+    def measures_of(self, ids) -> dict[int, tuple[str, float, float]]:
+        """id → (class, area_m2, length_m) of the live ones among ids, from the index."""
+        wanted = np.unique(np.asarray(list(ids), dtype=np.int64))
+        found: dict[int, tuple[str, float, float]] = {}
+        for name, class_index in self.classes.items():
+            at = class_index.position_of(wanted)
+            hit = at >= 0
+            for annotation_id, (area, length) in zip(
+                wanted[hit].tolist(), class_index.measures[at[hit]].tolist(), strict=True
+            ):
+                found[annotation_id] = (name, area, length)
+        return found
 
     def search_distance(
         self, distance_m: float, *, lon: float | None = None, lat: float | None = None
@@ -120,16 +201,25 @@ _cached: SpatialIndex | None = None
 
 
 def spatial_index() -> SpatialIndex:
-    """The index of the live annotations as of now (rebuilt if anything was written)."""
+    """The index of the live annotations as of now (caught up if anything was written)."""
     global _cached
-    revision = AnnotationRevision.current()
+    revision, generation = AnnotationRevision.state()
     cached = _cached
     if cached is not None and cached.revision == revision:
         return cached
     with _lock:
-        if _cached is None or _cached.revision != revision:
-            _cached = _spatial_index_build(revision)
+        cached = _cached
+        if cached is None or cached.revision != revision:
+            if cached is not None and generation and cached.generation == generation:
+                _cached = _spatial_index_sync(cached, revision)
+            else:
+                _cached = _spatial_index_build(revision, generation)
         return _cached
+
+
+def spatial_index_cached() -> SpatialIndex | None:
+    """The index as last built, without asking the database (None before the first build)."""
+    return _cached
 
 
 def nearest_within(
@@ -228,46 +318,142 @@ def _minmax_distances_squared(points: np.ndarray, boxes: np.ndarray) -> np.ndarr
     return np.minimum(near_x * near_x + far_y * far_y, near_y * near_y + far_x * far_x)
 
 
-def _spatial_index_build(revision: str) -> SpatialIndex:
+_ROW_FIELDS = (
+    "id",
+    "category",
+    "geometry_text",
+    "min_lon",
+    "min_lat",
+    "max_lon",
+    "max_lat",
+    "area_m2",
+    "length_m",
+)
+
+
+def _rows_read(queryset) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, classes, GeoJSON texts, lon/lat bounds, measures) of a queryset, by class then id."""
     rows = list(
-        Annotation.objects.annotate(geometry_text=Cast("geometry", TextField()))
+        queryset.annotate(geometry_text=Cast("geometry", TextField()))
         .order_by("category", "id")
-        .values_list("id", "category", "geometry_text", "min_lon", "min_lat", "max_lon", "max_lat")
+        .values_list(*_ROW_FIELDS)
     )
-    if rows:
-        ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
-        categories = np.array([row[1] for row in rows], dtype=object)
-        texts = np.array([row[2] for row in rows], dtype=object)
-        bounds = np.array([row[3:] for row in rows], dtype=float)
-    else:
-        ids = np.zeros(0, dtype=np.int64)
-        categories = np.zeros(0, dtype=object)
-        texts = np.zeros(0, dtype=object)
-        bounds = np.zeros((0, 4))
-    if len(rows):
-        min_lon, min_lat = bounds[:, 0].min(), bounds[:, 1].min()
-        max_lon, max_lat = bounds[:, 2].max(), bounds[:, 3].max()
-    else:
-        min_lon = min_lat = max_lon = max_lat = 0.0
-    projection = LocalProjection(lon=(min_lon + max_lon) / 2, lat=(min_lat + max_lat) / 2)
+    ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+    categories = np.array([row[1] for row in rows], dtype=object)
+    texts = np.array([row[2] for row in rows], dtype=object)
+    numbers = np.array([row[3:] for row in rows], dtype=float).reshape(len(rows), 6)
+    return ids, categories, texts, numbers[:, :4], numbers[:, 4:]
+
+
+def _class_slices(categories: np.ndarray):
+    """(class, slice) of each run of one class in rows sorted by class."""
+    if not len(categories):
+        return
+    cuts = np.flatnonzero(categories[1:] != categories[:-1]) + 1
+    for start, stop in zip(np.r_[0, cuts], np.r_[cuts, len(categories)], strict=True):
+        yield str(categories[start]), slice(int(start), int(stop))
+
+
+def _deleted_ids() -> np.ndarray:
+    return np.array(
+        sorted(
+            Annotation.all_objects.filter(deleted_at__isnull=False).values_list("id", flat=True)
+        ),
+        dtype=np.int64,
+    )
+
+
+def _spatial_index_sync(cached: SpatialIndex, revision: str) -> SpatialIndex:
+    """The index caught up with soft deletions and restores since it was built: deleted
+    annotations leave their class (its tree is built again from the geometries it keeps),
+    restored ones are read by id and join theirs. Nothing else is read."""
+    deleted = _deleted_ids()
+    gone = np.setdiff1d(deleted, cached.deleted, assume_unique=True)
+    back = np.setdiff1d(cached.deleted, deleted, assume_unique=True)
+    classes = dict(cached.classes)
+    # One restored while the index was built is in it already.
+    for class_index in cached.classes.values():
+        back = back[class_index.position_of(back) < 0]
+    if len(gone):
+        for name, class_index in cached.classes.items():
+            drop = np.isin(class_index.ids, gone, assume_unique=True)
+            if drop.any():
+                classes[name] = class_index.without(drop)
+    scale = cached.scale
+    if len(back):
+        ids, categories, texts, bounds, measures = _rows_read(
+            Annotation.objects.filter(id__in=back.tolist())
+        )
+        geoms = cached.projection.project(shapely.from_geojson(texts)) if len(ids) else texts
+        for name, part in _class_slices(categories):
+            classes[name] = _class_joined(
+                classes.get(name), name, ids[part], geoms[part], bounds[part], measures[part]
+            )
+        if len(ids):
+            scale = max(scale, _scale_over(cached.projection, bounds))
+    return SpatialIndex(
+        revision=revision,
+        projection=cached.projection,
+        scale=scale,
+        classes={name: classes[name] for name in sorted(classes) if len(classes[name].ids)},
+        generation=cached.generation,
+        deleted=deleted,
+    )
+
+
+def _class_joined(
+    class_index: ClassIndex | None,
+    name: str,
+    ids: np.ndarray,
+    geoms: np.ndarray,
+    bounds: np.ndarray,
+    measures: np.ndarray,
+) -> ClassIndex:
+    """A class with annotations added, in id order (its vectors are loaded again on use)."""
+    if class_index is not None:
+        ids = np.r_[class_index.ids, ids]
+        geoms = np.r_[class_index.geoms, geoms]
+        bounds = np.r_[class_index.bounds, bounds]
+        measures = np.r_[class_index.measures, measures]
+    order = np.argsort(ids, kind="stable")
+    return ClassIndex.build(name, ids[order], geoms[order], bounds[order], measures[order])
+
+
+def _scale_over(projection: LocalProjection, bounds: np.ndarray) -> float:
+    """The distortion bound of the projection over lon/lat bounds (rows w, s, e, n)."""
+    if not len(bounds):
+        return 1.0
+    min_lon, min_lat = bounds[:, 0].min(), bounds[:, 1].min()
+    max_lon, max_lat = bounds[:, 2].max(), bounds[:, 3].max()
     corners_lon = np.array([min_lon, min_lon, max_lon, max_lon])
     corners_lat = np.array([min_lat, max_lat, min_lat, max_lat])
     reach = GEOD.inv(
         np.full(4, projection.lon), np.full(4, projection.lat), corners_lon, corners_lat
     )[2]
-    geoms = projection.project(shapely.from_geojson(texts)) if len(rows) else texts
-    classes: dict[str, ClassIndex] = {}
-    if len(rows):
-        cuts = np.flatnonzero(categories[1:] != categories[:-1]) + 1
-        for start, stop in zip(np.r_[0, cuts], np.r_[cuts, len(rows)], strict=True):
-            part = slice(int(start), int(stop))
-            category = str(categories[start])
-            classes[category] = ClassIndex.build(category, ids[part], geoms[part], bounds[part])
+    return scale_bound(float(np.max(reach)))
+
+
+def _spatial_index_build(revision: str, generation: str = "") -> SpatialIndex:
+    deleted = _deleted_ids()
+    ids, categories, texts, bounds, measures = _rows_read(Annotation.objects.all())
+    if len(ids):
+        min_lon, min_lat = bounds[:, 0].min(), bounds[:, 1].min()
+        max_lon, max_lat = bounds[:, 2].max(), bounds[:, 3].max()
+    else:
+        min_lon = min_lat = max_lon = max_lat = 0.0
+    projection = LocalProjection(lon=(min_lon + max_lon) / 2, lat=(min_lat + max_lat) / 2)
+    geoms = projection.project(shapely.from_geojson(texts)) if len(ids) else texts
+    classes = {
+        name: ClassIndex.build(name, ids[part], geoms[part], bounds[part], measures[part])
+        for name, part in _class_slices(categories)
+    }
     return SpatialIndex(
         revision=revision,
         projection=projection,
-        scale=scale_bound(float(np.max(reach))),
+        scale=_scale_over(projection, bounds),
         classes=classes,
+        generation=generation,
+        deleted=deleted,
     )
 
 
@@ -289,12 +475,4 @@ def _vector_matrix_load(index: ClassIndex, name: str, size: int) -> VectorMatrix
             positions.append(pos)
             rows.append(vector)
     matrix = np.array(rows, dtype=float).reshape(len(rows), size)
-    mean = matrix.mean(axis=0) if len(rows) else np.zeros(size)
-    std = matrix.std(axis=0) if len(rows) else np.ones(size)
-    std = np.where(std > 1e-12, std, 1.0)
-    standard = (matrix - mean) / std
-    norms = np.linalg.norm(standard, axis=1, keepdims=True)
-    unit_rows = np.divide(standard, norms, out=np.zeros_like(standard), where=norms > 0)
-    return VectorMatrix(
-        positions=np.array(positions, dtype=np.int64), unit_rows=unit_rows, mean=mean, std=std
-    )
+    return VectorMatrix.of(np.array(positions, dtype=np.int64), matrix)

@@ -60,6 +60,10 @@ class AnnotationRevision(models.Model):
     """
 
     token = models.CharField(max_length=32)
+    # Changes with the token on writes of content (create, import, edit, seed), and stays on a
+    # soft delete or restore: an index built at the same generation catches up with those by
+    # reading the deleted ids alone (`index.py`), with no rebuild.
+    generation = models.CharField(max_length=32, default="")
 
     def __str__(self) -> str:
         return f"annotations revision {self.token}"
@@ -69,7 +73,17 @@ class AnnotationRevision(models.Model):
         return cls.objects.filter(pk=1).values_list("token", flat=True).first() or ""
 
     @classmethod
-    def bump(cls) -> None:
+    def state(cls) -> tuple[str, str]:
+        """(token, generation) as of now; ("", "") before the first write."""
+        row = cls.objects.filter(pk=1).values_list("token", "generation").first()
+        return (row[0], row[1]) if row else ("", "")
+
+    @classmethod
+    def bump(cls, *, content: bool = True) -> str:
+        """A new token (and generation when content changed); returns the token. Every open
+        page hears of it once the transaction commits (`annotations-changed`)."""
         token = uuid.uuid4().hex
-        if not cls.objects.filter(pk=1).update(token=token):
-            cls.objects.update_or_create(pk=1, defaults={"token": token})
+        values = {"token": token, "generation": token} if content else {"token": token}
+        if not cls.objects.filter(pk=1).update(**values):
+            cls.objects.update_or_create(pk=1, defaults={"token": token, "generation": token})
+        return token

@@ -115,7 +115,7 @@ def annotations_soft_delete(*, ids: Sequence[int]) -> list[int]:
             Annotation.all_objects.filter(id__in=live).update(
                 deleted_at=timezone.now(), updated=timezone.now()
             )
-            AnnotationRevision.bump()
+            AnnotationRevision.bump(content=False)
     return live
 
 
@@ -131,7 +131,7 @@ def annotations_restore(*, ids: Sequence[int]) -> list[int]:
             Annotation.all_objects.filter(id__in=deleted).update(
                 deleted_at=None, updated=timezone.now()
             )
-            AnnotationRevision.bump()
+            AnnotationRevision.bump(content=False)
     return deleted
 
 

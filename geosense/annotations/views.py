@@ -1,13 +1,18 @@
-"""The annotations JSON API: a thin layer over the selectors."""
+"""The annotations JSON API and the map's vector tiles: a thin layer over the selectors and
+the tile backend (`tiles.py`)."""
 
 import math
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.views.decorators.http import require_GET
 
 from .selectors import annotations_geojson
+from .tiles import TileOutOfRange, tile_backend, tile_check
 from .types import BBox
+
+TILE_CONTENT_TYPE = "application/vnd.mapbox-vector-tile"
 
 MAX_FEATURES = getattr(settings, "GEOSENSE_ANNOTATIONS_API_MAX_FEATURES", 20_000)
 
@@ -46,3 +51,62 @@ def annotations_api(request: HttpRequest) -> JsonResponse:
     if category is not None and len(category) > 64:
         return JsonResponse({"error": "class is too long"}, status=400)
     return JsonResponse(annotations_geojson(bbox=bbox, category=category, limit=MAX_FEATURES))
+
+
+def _unauthenticated() -> JsonResponse:
+    return JsonResponse({"error": "authentication required"}, status=401)
+
+
+# Tiles are drawn off the event loop, in the request's own thread (Django's ASGI handler gives
+# each request one), so a map's dozen requests at once are drawn side by side.
+_off_loop = sync_to_async
+
+
+async def annotation_tile(request: HttpRequest, z: int, x: int, y: int) -> HttpResponse:
+    """GET /tiles/annotations/{z}/{x}/{y}.mvt: a gzip-compressed Mapbox Vector Tile.
+
+    Its ETag names what it holds, so a map asks again with `If-None-Match` and gets 304 until
+    a change touches the tile (`Cache-Control: private, no-cache`: the browser keeps it, and
+    checks it on every use).
+    """
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET", "HEAD"])
+    user = await request.auser()
+    if not user.is_authenticated:
+        return _unauthenticated()
+    backend = tile_backend()
+    try:
+        tile_check(z, x, y)
+    except TileOutOfRange as exc:
+        return JsonResponse({"error": str(exc)}, status=404)
+    tag = await _off_loop(backend.etag)(z, x, y)
+    if tag in _etags(request.headers.get("If-None-Match", "")):
+        response = HttpResponse(status=304)
+    else:
+        response = HttpResponse(
+            await _off_loop(backend.render)(z, x, y), content_type=TILE_CONTENT_TYPE
+        )
+        response["Content-Encoding"] = "gzip"
+    response["ETag"] = tag
+    response["Cache-Control"] = "private, no-cache"
+    response["Vary"] = "Cookie, Authorization"
+    return response
+
+
+async def annotation_tileset(request: HttpRequest) -> HttpResponse:
+    """GET /tiles/annotations.json: the tile set's revision, counts per class over every live
+    annotation, bounds, zooms and tile URL (a TileJSON-like document)."""
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET", "HEAD"])
+    user = await request.auser()
+    if not user.is_authenticated:
+        return _unauthenticated()
+    metadata = await _off_loop(tile_backend().metadata)()
+    response = JsonResponse(metadata.as_json())
+    response["Cache-Control"] = "private, no-cache"
+    return response
+
+
+def _etags(header: str) -> set[str]:
+    """The entity tags of an If-None-Match header (weak ones as their strong form)."""
+    return {tag.strip().removeprefix("W/") for tag in header.split(",") if tag.strip()}

@@ -48,7 +48,9 @@ def test_a_staff_token_opens_neither_the_admin_nor_the_pages():
     for path in ("/admin/", "/chat/", f"/admin/accounts/creditaccount/{account.pk}/change/"):
         answer = _get(path, token)
         assert answer.status_code == 401, path
-        assert "accepted by /api/ and the socket only" in json.loads(answer.content)["error"]
+        assert (
+            "accepted by /api/, /tiles/ and the socket only" in json.loads(answer.content)["error"]
+        )
     changed = Client().post(
         f"/admin/accounts/creditaccount/{account.pk}/change/",
         {"user": root.pk, "balance": 1_000_000},

@@ -1,0 +1,317 @@
+"""Mapbox Vector Tiles of the live annotations, for the WebGL map (`/tiles/annotations/…`).
+
+A `TileBackend` answers three questions: the tile set's metadata (counts per class over the
+whole dataset, bounds, revision), a tile's ETag, and a tile's bytes (gzip-compressed MVT).
+`IndexTileBackend` answers them from the in-process spatial index (`index.py`), so a tile
+reads nothing from the database; a PostGIS backend (`ST_AsMVT`) can take its place behind the
+same three methods (issue 18).
+
+One layer, `annotations`: each feature has `id`, `class` and its measures (`area_m2` for
+polygons, `length_m` for lines and polygons' perimeters). Below `EXACT_ZOOM`, an annotation
+smaller than a pixel (of a 512-pixel tile, as MapLibre draws them) is not drawn alone: such
+annotations of a class are counted per cell of the tile, one point per cell with `class` and
+`count` and no `id`; polygons and lines are simplified to half a pixel. From `EXACT_ZOOM` on
+every annotation in the tile is there, with its exact geometry (to the tile's 4096 grid).
+A tile over `MAX_TILE_BYTES` is made again with a coarser pixel, so none is larger.
+
+A tile's ETag is a digest of the index's generation and the ids of the annotations it holds:
+a deletion or a restore changes the tiles it touches and no other; a write of content (an
+import, an edit, a seed) changes every one.
+"""
+
+import gzip
+import hashlib
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import mapbox_vector_tile
+import numpy as np
+import shapely
+
+from .index import ClassIndex, SpatialIndex, spatial_index
+
+LAYER = "annotations"
+EXTENT = 4096
+BUFFER = 64  # tile units drawn beyond each edge, so that lines and outlines meet at seams
+TILE_PIXELS = 512
+EXACT_ZOOM = 16
+MIN_ZOOM, MAX_ZOOM = 0, 22
+CELL_PIXELS = 16  # count points: one per class per cell of this many pixels
+MAX_TILE_BYTES = 500_000
+TILE_URL = "/tiles/annotations/{z}/{x}/{y}.mvt"
+# Changing how tiles are drawn changes every ETag.
+ENCODING_VERSION = "1"
+
+EARTH_RADIUS = 6_378_137.0
+HALF_WORLD = math.pi * EARTH_RADIUS
+MAX_LAT = 85.0511287798066
+
+
+class TileOutOfRange(ValueError):
+    """z/x/y that names no tile."""
+
+
+@dataclass(frozen=True)
+class TileSetMetadata:
+    revision: str
+    total: int
+    counts: dict[str, int]
+    bounds: tuple[float, float, float, float] | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "revision": self.revision,
+            "total": self.total,
+            "counts": self.counts,
+            "bounds": list(self.bounds) if self.bounds else None,
+            "minzoom": MIN_ZOOM,
+            "maxzoom": MAX_ZOOM,
+            "tiles": [TILE_URL],
+        }
+
+
+class TileBackend(Protocol):
+    """Where tiles come from: the in-process index, or later PostGIS (`ST_AsMVT`)."""
+
+    def metadata(self) -> TileSetMetadata: ...
+
+    def etag(self, z: int, x: int, y: int) -> str: ...
+
+    def render(self, z: int, x: int, y: int) -> bytes: ...
+
+
+def tile_check(z: int, x: int, y: int) -> None:
+    if not MIN_ZOOM <= z <= MAX_ZOOM:
+        raise TileOutOfRange(f"zoom must be {MIN_ZOOM} to {MAX_ZOOM}")
+    if not (0 <= x < 2**z and 0 <= y < 2**z):
+        raise TileOutOfRange(f"x and y must be 0 to {2**z - 1} at zoom {z}")
+
+
+def mercator(coords: np.ndarray) -> np.ndarray:
+    """Web Mercator metres (EPSG:3857) of lon/lat rows."""
+    lon = np.radians(coords[:, 0])
+    lat = np.radians(np.clip(coords[:, 1], -MAX_LAT, MAX_LAT))
+    return np.column_stack(
+        [EARTH_RADIUS * lon, EARTH_RADIUS * np.log(np.tan(math.pi / 4 + lat / 2))]
+    )
+
+
+def tile_bounds(z: int, x: int, y: int) -> tuple[float, float, float, float]:
+    """The tile's Web Mercator bounds (west, south, east, north)."""
+    size = 2 * HALF_WORLD / 2**z
+    west, north = -HALF_WORLD + x * size, HALF_WORLD - y * size
+    return west, north - size, west + size, north
+
+
+def _lonlat(mx: float, my: float) -> tuple[float, float]:
+    lon = math.degrees(mx / EARTH_RADIUS)
+    lat = math.degrees(2 * math.atan(math.exp(my / EARTH_RADIUS)) - math.pi / 2)
+    return lon, lat
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """What one tile holds of one class: positions in the class, and their Mercator bounds."""
+
+    class_index: ClassIndex
+    positions: np.ndarray
+    bounds: np.ndarray
+
+
+class IndexTileBackend:
+    """Tiles drawn from the in-process spatial index, the last ones kept by ETag."""
+
+    def __init__(self, *, cache_bytes: int = 64 * 2**20) -> None:
+        self.cache_bytes = cache_bytes
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._cached_bytes = 0
+        self._lock = threading.Lock()
+
+    def metadata(self) -> TileSetMetadata:
+        index = spatial_index()
+        counts = index.counts()
+        boxes = [c.bounds for c in index.classes.values() if len(c.ids)]
+        bounds = None
+        if boxes:
+            every = np.concatenate(boxes)
+            bounds = (
+                float(every[:, 0].min()),
+                float(every[:, 1].min()),
+                float(every[:, 2].max()),
+                float(every[:, 3].max()),
+            )
+        return TileSetMetadata(
+            revision=index.revision, total=sum(counts.values()), counts=counts, bounds=bounds
+        )
+
+    def etag(self, z: int, x: int, y: int) -> str:
+        index = spatial_index()
+        return _etag(index, z, x, y, _select(index, z, x, y))
+
+    def render(self, z: int, x: int, y: int) -> bytes:
+        index = spatial_index()
+        selections = _select(index, z, x, y)
+        tag = _etag(index, z, x, y, selections)
+        with self._lock:
+            if tag in self._cache:
+                self._cache.move_to_end(tag)
+                return self._cache[tag]
+        data = _render(index, z, x, y, selections)
+        with self._lock:
+            if tag not in self._cache:
+                self._cache[tag] = data
+                self._cached_bytes += len(data)
+                while self._cached_bytes > self.cache_bytes and self._cache:
+                    self._cached_bytes -= len(self._cache.popitem(last=False)[1])
+        return data
+
+
+def _mercator_of(class_index: ClassIndex, index: SpatialIndex) -> tuple[np.ndarray, np.ndarray]:
+    """A class's shapes in Web Mercator and their bounds, worked out once per class index."""
+    derived = class_index.derived
+    if "mercator" not in derived:
+        shapes = shapely.transform(index.projection.unproject(class_index.geoms), mercator)
+        derived["mercator_bounds"] = shapely.bounds(shapes)
+        derived["mercator"] = shapes
+    return derived["mercator"], derived["mercator_bounds"]
+
+
+def _select(index: SpatialIndex, z: int, x: int, y: int) -> list[_Selection]:
+    """Per class, the annotations whose Mercator bounds meet the tile (with its buffer)."""
+    tile_check(z, x, y)
+    west, south, east, north = tile_bounds(z, x, y)
+    pad = (east - west) * BUFFER / EXTENT
+    west, south, east, north = west - pad, south - pad, east + pad, north + pad
+    # The tree is in the index's own plane: query it with the tile's outline taken there.
+    outline = shapely.segmentize(shapely.box(west, south, east, north), (east - west) / 8)
+    lonlat = shapely.transform(outline, lambda c: np.column_stack(_lonlat_many(c)))
+    query_box = shapely.envelope(index.projection.project(np.array([lonlat], dtype=object))[0])
+    selections = []
+    for name in sorted(index.classes):
+        class_index = index.classes[name]
+        candidates = np.sort(class_index.tree.query(query_box))
+        if not len(candidates):
+            continue
+        _, bounds = _mercator_of(class_index, index)
+        b = bounds[candidates]
+        meets = (b[:, 0] <= east) & (b[:, 2] >= west) & (b[:, 1] <= north) & (b[:, 3] >= south)
+        if meets.any():
+            selections.append(_Selection(class_index, candidates[meets], b[meets]))
+    return selections
+
+
+def _lonlat_many(coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lon = np.degrees(coords[:, 0] / EARTH_RADIUS)
+    lat = np.degrees(2 * np.arctan(np.exp(coords[:, 1] / EARTH_RADIUS)) - math.pi / 2)
+    return lon, lat
+
+
+def _etag(index: SpatialIndex, z: int, x: int, y: int, selections: list[_Selection]) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"{ENCODING_VERSION}|{index.generation}|{z}/{x}/{y}".encode())
+    for selection in selections:
+        digest.update(f"|{selection.class_index.category}|".encode())
+        digest.update(selection.class_index.ids[selection.positions].tobytes())
+    return f'"{digest.hexdigest()}"'
+
+
+def _render(index: SpatialIndex, z: int, x: int, y: int, selections: list[_Selection]) -> bytes:
+    """The gzip-compressed tile; below EXACT_ZOOM, coarser until it fits MAX_TILE_BYTES."""
+    pixel = 1.0
+    while True:
+        features = []
+        for selection in selections:
+            features.extend(_features(index, z, x, y, selection, pixel))
+        data = gzip.compress(
+            mapbox_vector_tile.encode(
+                [{"name": LAYER, "features": features}],
+                default_options={"y_coord_down": True, "extents": EXTENT},
+            ),
+            compresslevel=6,
+            mtime=0,
+        )
+        if len(data) <= MAX_TILE_BYTES or z >= EXACT_ZOOM:
+            return data
+        pixel *= 4
+
+
+def _features(
+    index: SpatialIndex, z: int, x: int, y: int, selection: _Selection, pixel: float
+) -> list[dict[str, Any]]:
+    """One class's features in a tile; annotations under `pixel` pixels are counted per cell
+    (below EXACT_ZOOM)."""
+    west, south, east, _ = tile_bounds(z, x, y)
+    size = east - west
+    units = EXTENT / size  # tile units per Mercator metre
+    class_index, positions, bounds = selection.class_index, selection.positions, selection.bounds
+    name = class_index.category
+    features: list[dict[str, Any]] = []
+    if z < EXACT_ZOOM:
+        extent_px = np.maximum(bounds[:, 2] - bounds[:, 0], bounds[:, 3] - bounds[:, 1])
+        small = extent_px * TILE_PIXELS / size < pixel
+        features.extend(_count_points(name, bounds[small], west, south, size, pixel))
+        positions = positions[~small]
+    if not len(positions):
+        return features
+    shapes, _ = _mercator_of(class_index, index)
+    in_tile = shapely.transform(
+        shapes[positions],
+        lambda c: np.column_stack([(c[:, 0] - west) * units, (south + size - c[:, 1]) * units]),
+    )
+    in_tile = shapely.clip_by_rect(in_tile, -BUFFER, -BUFFER, EXTENT + BUFFER, EXTENT + BUFFER)
+    if z < EXACT_ZOOM:
+        tolerance = EXTENT / TILE_PIXELS * pixel / 2
+        in_tile = shapely.simplify(in_tile, tolerance, preserve_topology=True)
+    ids = class_index.ids[positions].tolist()
+    measures = class_index.measures[positions].tolist()
+    dims = shapely.get_dimensions(in_tile).tolist()
+    for n, geom in enumerate(in_tile):
+        if geom is None or geom.is_empty:
+            continue
+        properties: dict[str, Any] = {"id": ids[n], "class": name}
+        area, length = measures[n]
+        if dims[n] == 2:
+            properties["area_m2"] = round(area, 2)
+        if dims[n] >= 1:
+            properties["length_m"] = round(length, 2)
+        features.append({"geometry": geom, "properties": properties})
+    return features
+
+
+def _count_points(
+    name: str, bounds: np.ndarray, west: float, south: float, size: float, pixel: float
+) -> list[dict[str, Any]]:
+    """One point per cell holding annotations of the class: where they are on average, and
+    how many."""
+    if not len(bounds):
+        return []
+    cells = max(1, int(TILE_PIXELS / (CELL_PIXELS * pixel)))
+    cx = (bounds[:, 0] + bounds[:, 2]) / 2
+    cy = (bounds[:, 1] + bounds[:, 3]) / 2
+    col = np.clip(((cx - west) / size * cells).astype(np.int64), 0, cells - 1)
+    row = np.clip(((south + size - cy) / size * cells).astype(np.int64), 0, cells - 1)
+    cell = row * cells + col
+    counts = np.bincount(cell, minlength=cells * cells)
+    sum_x = np.bincount(cell, weights=cx, minlength=cells * cells)
+    sum_y = np.bincount(cell, weights=cy, minlength=cells * cells)
+    units = EXTENT / size
+    features = []
+    for c in np.flatnonzero(counts).tolist():
+        mx, my = sum_x[c] / counts[c], sum_y[c] / counts[c]
+        point = shapely.Point(round((mx - west) * units), round((south + size - my) * units))
+        features.append({"geometry": point, "properties": {"class": name, "count": int(counts[c])}})
+    return features
+
+
+_backend: TileBackend | None = None
+
+
+def tile_backend() -> TileBackend:
+    """The tile backend of this process (the in-process index's)."""
+    global _backend
+    if _backend is None:
+        _backend = IndexTileBackend()
+    return _backend

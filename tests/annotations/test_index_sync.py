@@ -1,0 +1,70 @@
+"""The index follows soft deletions and restores without a rebuild, and equals a fresh one."""
+
+import numpy as np
+import pytest
+
+from geosense.annotations import index as index_module
+from geosense.annotations.index import _spatial_index_build, spatial_index
+from geosense.annotations.models import AnnotationRevision
+from geosense.annotations.selectors import annotations_similar, annotations_within_distance
+from geosense.annotations.services import (
+    annotations_restore,
+    annotations_soft_delete,
+    demo_seed,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def same_as_fresh(index) -> None:
+    fresh = _spatial_index_build(*AnnotationRevision.state())
+    assert sorted(index.classes) == sorted(fresh.classes)
+    for name, class_index in fresh.classes.items():
+        ours = index.classes[name]
+        assert ours.ids.tolist() == class_index.ids.tolist()
+        assert np.allclose(ours.measures, class_index.measures)
+        assert len(ours.tree) == len(class_index.ids)
+    assert index.deleted.tolist() == fresh.deleted.tolist()
+
+
+def test_deletions_and_restores_are_followed_without_a_rebuild(monkeypatch):
+    demo_seed(annotations=1500, seed=0)
+    before = spatial_index()
+    trees = before.classes["tree"].ids[:5].tolist()
+    pool = int(before.classes["pool"].ids[0])
+    before.classes["pool"].vector_matrix("shape", 8)  # loaded, then followed
+
+    def no_rebuild(*_args):
+        raise AssertionError("the index was rebuilt")
+
+    monkeypatch.setattr(index_module, "_spatial_index_build", no_rebuild)
+    annotations_soft_delete(ids=[*trees, pool])
+    after_delete = spatial_index()
+    assert after_delete is not before
+    assert not set(trees) & set(after_delete.classes["tree"].ids.tolist())
+    assert pool not in after_delete.classes["pool"].ids
+    assert all(hit.id != pool for hit in annotations_similar(samples=[(25, None)], k=50))
+    pairs = annotations_within_distance(source="tree", target="house", distance_m=20)
+    assert not set(trees) & set(pairs.source_ids.tolist())
+    monkeypatch.undo()
+    same_as_fresh(after_delete)
+
+    monkeypatch.setattr(index_module, "_spatial_index_build", no_rebuild)
+    annotations_restore(ids=trees[:2])
+    after_restore = spatial_index()
+    assert set(trees[:2]) <= set(after_restore.classes["tree"].ids.tolist())
+    monkeypatch.undo()
+    same_as_fresh(after_restore)
+    fresh = _spatial_index_build(*AnnotationRevision.state())
+    similar = [h.id for h in annotations_similar(samples=[(25, None)], k=20)]
+    index_module._cached = fresh
+    assert similar == [h.id for h in annotations_similar(samples=[(25, None)], k=20)]
+
+
+def test_a_write_of_content_rebuilds_the_index():
+    demo_seed(annotations=300, seed=0)
+    first = spatial_index()
+    demo_seed(annotations=400, seed=0)
+    second = spatial_index()
+    assert second.generation != first.generation
+    assert sum(second.counts().values()) == 400

@@ -1,0 +1,238 @@
+"""The map's vector tiles against the index: what each zoom holds, ETags, 304s, auth, sizes."""
+
+import gzip
+import math
+
+import mapbox_vector_tile
+import numpy as np
+import pytest
+import shapely
+from django.contrib.auth import get_user_model
+
+from geosense.accounts.services import api_token_create
+from geosense.annotations import tiles
+from geosense.annotations.index import spatial_index
+from geosense.annotations.services import annotation_create, annotations_soft_delete, demo_seed
+from geosense.annotations.tiles import EXTENT, TILE_PIXELS, tile_bounds
+
+from .shapes import line, point, rectangle
+
+pytestmark = pytest.mark.django_db
+PIXEL = EXTENT / TILE_PIXELS  # one pixel of a 512-pixel tile, in tile units
+
+
+@pytest.fixture
+def user():
+    return get_user_model().objects.create_user(username="ana", password="pw-ana-123")
+
+
+@pytest.fixture
+def logged_in(client, user):
+    client.force_login(user)
+    return client
+
+
+def tile_of(lon: float, lat: float, z: int) -> tuple[int, int]:
+    n = 2**z
+    x = int((lon + 180) / 360 * n)
+    lat_r = math.radians(lat)
+    y = int((1 - math.log(math.tan(lat_r) + 1 / math.cos(lat_r)) / math.pi) / 2 * n)
+    return x, y
+
+
+def decoded(response) -> list[dict]:
+    assert response["Content-Type"] == "application/vnd.mapbox-vector-tile"
+    assert response["Content-Encoding"] == "gzip"
+    layers = mapbox_vector_tile.decode(
+        gzip.decompress(response.content), default_options={"y_coord_down": True}
+    )
+    return layers.get("annotations", {"features": []})["features"]
+
+
+def expected_in_tile(z: int, x: int, y: int) -> dict[int, tuple[str, object]]:
+    """id → (class, shape in tile units, clipped to the buffered tile) of every live annotation
+    whose Mercator bounds meet the buffered tile, worked out from the index."""
+    index = spatial_index()
+    west, south, east, north = tile_bounds(z, x, y)
+    size = east - west
+    pad = size * tiles.BUFFER / EXTENT
+    found = {}
+    for name, class_index in index.classes.items():
+        shapes = shapely.transform(index.projection.unproject(class_index.geoms), tiles.mercator)
+        for annotation_id, shape in zip(class_index.ids.tolist(), shapes, strict=True):
+            minx, miny, maxx, maxy = shape.bounds
+            if maxx < west - pad or minx > east + pad or maxy < south - pad or miny > north + pad:
+                continue
+            local = shapely.transform(
+                shape,
+                lambda c: np.column_stack(
+                    [(c[:, 0] - west) * EXTENT / size, (north - c[:, 1]) * EXTENT / size]
+                ),
+            )
+            clipped = shapely.clip_by_rect(
+                local, -tiles.BUFFER, -tiles.BUFFER, EXTENT + tiles.BUFFER, EXTENT + tiles.BUFFER
+            )
+            if not clipped.is_empty:
+                found[annotation_id] = (name, clipped)
+    return found
+
+
+@pytest.fixture
+def neighbourhood():
+    demo_seed(annotations=2000, seed=0)
+    return spatial_index()
+
+
+@pytest.mark.parametrize("z", [16, 17, 19])
+def test_every_annotation_of_a_close_tile_is_in_it_with_its_exact_shape(
+    logged_in, neighbourhood, z
+):
+    x, y = tile_of(-118.5214, 34.1566, z)
+    features = decoded(logged_in.get(f"/tiles/annotations/{z}/{x}/{y}.mvt"))
+    expected = expected_in_tile(z, x, y)
+
+    by_id = {f["properties"]["id"]: f for f in features}
+    assert len(by_id) == len(features)
+    assert set(by_id) == set(expected)
+    assert len(expected) > 10
+    for annotation_id, (name, shape) in expected.items():
+        feature = by_id[annotation_id]
+        assert feature["properties"]["class"] == name
+        got = shapely.geometry.shape(feature["geometry"])
+        assert shapely.hausdorff_distance(got, shape) <= PIXEL, annotation_id
+        if shape.geom_type.endswith("Polygon"):
+            assert feature["properties"]["area_m2"] > 0
+
+
+def test_a_far_tile_counts_what_is_smaller_than_a_pixel_and_loses_nothing(logged_in, neighbourhood):
+    z = 12
+    x, y = tile_of(-118.5214, 34.1566, z)
+    features = decoded(logged_in.get(f"/tiles/annotations/{z}/{x}/{y}.mvt"))
+
+    counted: dict[str, int] = {}
+    for feature in features:
+        properties = feature["properties"]
+        if "count" in properties:
+            assert "id" not in properties
+            assert feature["geometry"]["type"] == "Point"
+        counted[properties["class"]] = counted.get(properties["class"], 0) + properties.get(
+            "count", 1
+        )
+    assert counted == neighbourhood.counts()
+    assert any("count" in f["properties"] for f in features)
+    # Roads are longer than a pixel even this far out: drawn as lines, with their ids.
+    assert any(
+        f["properties"]["class"] == "road" and f["geometry"]["type"] == "LineString"
+        for f in features
+    )
+
+
+def test_the_tileset_counts_every_live_annotation_per_class_as_the_api_does(
+    logged_in, neighbourhood
+):
+    annotations_soft_delete(ids=[1, 2, 3])
+    tileset = logged_in.get("/tiles/annotations.json").json()
+    features = logged_in.get("/api/annotations").json()["features"]
+
+    api_counts: dict[str, int] = {}
+    for feature in features:
+        name = feature["properties"]["class"]
+        api_counts[name] = api_counts.get(name, 0) + 1
+    assert tileset["counts"] == api_counts
+    assert tileset["total"] == len(features) == 1997
+    assert tileset["tiles"] == ["/tiles/annotations/{z}/{x}/{y}.mvt"]
+    assert (tileset["minzoom"], tileset["maxzoom"]) == (0, 22)
+    west, south, east, north = tileset["bounds"]
+    assert west < -118.5214 < east and south < 34.1566 < north
+    assert tileset["revision"]
+
+
+def test_a_deletion_changes_the_etag_of_the_tiles_it_touches_and_no_other(logged_in):
+    here = annotation_create(category="house", geometry=rectangle(-118.52, 34.15, 12, 10))
+    annotation_create(category="house", geometry=rectangle(-118.40, 34.15, 12, 10))
+    z = 16
+    x, y = tile_of(-118.52, 34.15, z)
+    fx, fy = tile_of(-118.40, 34.15, z)
+    near, far = f"/tiles/annotations/{z}/{x}/{y}.mvt", f"/tiles/annotations/{z}/{fx}/{fy}.mvt"
+    first_near, first_far = logged_in.get(near), logged_in.get(far)
+    assert logged_in.get(near)["ETag"] == first_near["ETag"]  # nothing changed, nothing new
+
+    annotations_soft_delete(ids=[here.pk])
+
+    second_near, second_far = logged_in.get(near), logged_in.get(far)
+    assert second_near["ETag"] != first_near["ETag"]
+    assert decoded(second_near) == []
+    assert second_far["ETag"] == first_far["ETag"]
+    assert second_near["Cache-Control"] == "private, no-cache"
+
+
+def test_a_tile_asked_again_with_its_etag_answers_304(logged_in):
+    annotation_create(category="tree", geometry=point(-118.52, 34.15))
+    x, y = tile_of(-118.52, 34.15, 17)
+    url = f"/tiles/annotations/17/{x}/{y}.mvt"
+    tag = logged_in.get(url)["ETag"]
+
+    again = logged_in.get(url, headers={"If-None-Match": tag})
+    other = logged_in.get(url, headers={"If-None-Match": '"something-else"'})
+
+    assert again.status_code == 304
+    assert again.content == b""
+    assert again["ETag"] == tag
+    assert other.status_code == 200
+    assert len(decoded(other)) == 1
+
+
+def test_tiles_need_a_login_or_a_bearer_token(client, user):
+    annotation_create(category="tree", geometry=point(-118.52, 34.15))
+    x, y = tile_of(-118.52, 34.15, 17)
+    url = f"/tiles/annotations/17/{x}/{y}.mvt"
+
+    for path in (url, "/tiles/annotations.json"):
+        anonymous = client.get(path)
+        assert anonymous.status_code == 401
+        assert anonymous.json() == {"error": "authentication required"}
+        assert client.get(path, headers={"Authorization": "Bearer gs_nope"}).status_code == 401
+
+    token = api_token_create(user=user)
+    with_token = client.get(url, headers={"Authorization": f"Bearer {token}"})
+    assert with_token.status_code == 200
+    assert decoded(with_token)[0]["properties"]["class"] == "tree"
+    tileset = client.get("/tiles/annotations.json", headers={"Authorization": f"Bearer {token}"})
+    assert tileset.json()["counts"] == {"tree": 1}
+
+
+def test_tiles_outside_the_world_are_json_404s(logged_in):
+    for path in ("/tiles/annotations/3/8/0.mvt", "/tiles/annotations/23/0/0.mvt"):
+        answer = logged_in.get(path)
+        assert answer.status_code == 404
+        assert "error" in answer.json()
+    assert logged_in.post("/tiles/annotations/3/1/1.mvt").status_code in (403, 405)
+
+
+def test_a_far_tile_of_many_annotations_is_made_coarser_until_it_fits(logged_in, monkeypatch):
+    demo_seed(annotations=20_000, seed=0)
+    z = 14
+    x, y = tile_of(-118.5214, 34.1566, z)
+    url = f"/tiles/annotations/{z}/{x}/{y}.mvt"
+    whole = logged_in.get(url)
+    assert len(whole.content) <= tiles.MAX_TILE_BYTES
+    cap = len(whole.content) // 3
+    monkeypatch.setattr(tiles, "MAX_TILE_BYTES", cap)
+    monkeypatch.setattr(tiles, "ENCODING_VERSION", "capped")  # another ETag: not the cached one
+
+    capped = logged_in.get(url)
+
+    assert len(capped.content) <= cap
+    counted = sum(f["properties"].get("count", 1) for f in decoded(capped))
+    assert counted == sum(f["properties"].get("count", 1) for f in decoded(whole))
+
+
+def test_lines_carry_their_length(logged_in):
+    road = annotation_create(category="road", geometry=line((-118.5205, 34.15), (-118.5195, 34.15)))
+    x, y = tile_of(-118.52, 34.15, 17)
+    (feature,) = decoded(logged_in.get(f"/tiles/annotations/17/{x}/{y}.mvt"))
+    assert feature["properties"] == {
+        "id": road.pk,
+        "class": "road",
+        "length_m": round(road.length_m, 2),
+    }
