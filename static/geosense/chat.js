@@ -21,7 +21,8 @@ import { createTurnSender } from './turn-stream.js';
  *   map: object,                 window.geosenseMap (map.js)
  *   tools: Array & {applyOneWay(name: string, args: object): boolean},
  *   onSessionCreated?: (id: string) => void,
- *   onTitleMaybeChanged?: (id: string) => void,
+ *   onTurnEnd?: (ended: {session: string | null, untitled: boolean}) => void,  a turn this
+ *     panel showed ended (`untitled`: the session had no title yet, so it may have one now)
  *   document?: Document,
  * }} options
  */
@@ -30,7 +31,7 @@ export function createChat({
   map,
   tools,
   onSessionCreated = () => {},
-  onTitleMaybeChanged = () => {},
+  onTurnEnd = () => {},
   document = globalThis.document,
 }) {
   const sendButton = panel.querySelector('#send-button');
@@ -40,6 +41,9 @@ export function createChat({
   const session = createSessionState({ panel, notice, onCreated: onSessionCreated, document });
 
   const mapReady = () => whenMapReady(map);
+  // A turn of a conversation the reader has left (its own stream still runs) never moves the
+  // map: only the panel on screen does.
+  const onScreen = () => panel.isConnected;
   /** What a live update changed beside the transcript: the credits, the toggle. */
   function applyState(response) {
     const balance = response.headers.get('X-GeoSense-Credits');
@@ -51,7 +55,7 @@ export function createChat({
     element: panel.querySelector('#transcript'),
     session: () => session.id,
     onState: applyState,
-    onHighlight: (block) => applyHighlight(actions, block),
+    onHighlight: (block) => onScreen() && applyHighlight(actions, block),
     keep: (turn) => liveTurn.bubbleOf(turn),
     document,
   });
@@ -59,10 +63,8 @@ export function createChat({
     transcript,
     session: () => session.id,
     notice,
-    applyOneWay: (name, args) => mapReady().then(() => tools.applyOneWay(name, args)),
-    onTurnEnd: () => {
-      if (panel.dataset.sessionTitle === '') onTitleMaybeChanged(session.id);
-    },
+    applyOneWay: (name, args) => onScreen() && mapReady().then(() => tools.applyOneWay(name, args)),
+    onTurnEnd: () => onTurnEnd({ session: session.id, untitled: panel.dataset.sessionTitle === '' }),
     document,
   });
 

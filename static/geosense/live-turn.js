@@ -40,6 +40,13 @@ function activityLogElement(document) {
   return details;
 }
 
+/** The log's summary says how many steps it holds; returns that number. */
+function countSteps(details) {
+  const count = details.querySelectorAll('li').length;
+  details.querySelector('summary').textContent = `Activity (${count} step${count === 1 ? '' : 's'})`;
+  return count;
+}
+
 /**
  * A call in the activity log as a person reads it: the tool's title and the call's summary
  * (the server words both; the name and arguments are for the model), then for a backend call
@@ -141,8 +148,24 @@ export function createLiveTurn({
     item.className = `activity-${kind}`;
     build(item);
     details.querySelector('ol').append(item);
-    const count = details.querySelectorAll('li').length;
-    details.querySelector('summary').textContent = `Activity (${count} step${count === 1 ? '' : 's'})`;
+    countSteps(details);
+  }
+
+  /**
+   * The text written beside a call that paused the turn is shown with its card (the seed: such
+   * a message is shown as its card); its copy in the activity log goes, and an empty log too.
+   */
+  function forgetSaid(content) {
+    const said = (content || '').trim();
+    const log = live.log?.isConnected ? live.log : null;
+    if (!said || !log) return;
+    for (const item of log.querySelectorAll('li.activity-thinking')) {
+      if (item.textContent === said) item.remove();
+    }
+    if (countSteps(log) === 0) {
+      log.remove();
+      live.log = null;
+    }
   }
 
   const handlers = {
@@ -154,6 +177,7 @@ export function createLiveTurn({
       }
       transcript.turnElement(data.turn);
       transcript.renderTurn(data.turn);
+      transcript.settleCards(data.turn);
     },
     text_delta(data) {
       if (live.turn === null) return;
@@ -180,6 +204,7 @@ export function createLiveTurn({
     },
     message(data) {
       removeBubbles();
+      if (data.pending_approval || data.pending_decision) forgetSaid(data.content);
       if (data.turn !== undefined) live.turn = data.turn;
       transcript.renderTurn(live.turn);
     },

@@ -28,31 +28,63 @@ function showState(state) {
   badge.textContent = SOCKET_STATES[state];
 }
 
-function refreshSessionList(sessionId) {
-  window.htmx?.ajax('GET', `/chat/${sessionId}/`, {
-    target: '#sessions',
-    select: '#sessions',
-    swap: 'outerHTML',
-  });
-  window.htmx?.ajax('GET', `/chat/${sessionId}/`, {
-    target: '#page-title',
-    select: '#page-title',
-    swap: 'outerHTML',
-  });
+// Sessions with an answer the reader has not seen: a turn of theirs ended after the reader
+// switched away. Their entry in the list gets a dot; the header and the selection stay.
+const newAnswers = new Set();
+
+function markNewAnswers() {
+  for (const link of document.querySelectorAll('.session-list a[data-session-id]')) {
+    const fresh = newAnswers.has(link.dataset.sessionId);
+    link.querySelector('.new-answer-dot')?.remove();
+    if (fresh) {
+      link.dataset.newAnswer = 'true';
+      const dot = document.createElement('span');
+      dot.className = 'new-answer-dot';
+      dot.title = 'New answer';
+      const words = document.createElement('span');
+      words.className = 'visually-hidden';
+      words.textContent = '(new answer)';
+      dot.append(words);
+      link.append(dot);
+    } else {
+      delete link.dataset.newAnswer;
+    }
+  }
+}
+
+/** The list of sessions (and with `title`, the header) as the open session's page has them. */
+function refreshSessionList({ title = false } = {}) {
+  const id = document.getElementById('chat-panel')?.dataset.sessionId;
+  const url = id ? `/chat/${id}/` : '/chat/';
+  const parts = title ? ['#sessions', '#page-title'] : ['#sessions'];
+  for (const part of parts) {
+    window.htmx?.ajax('GET', url, { target: part, select: part, swap: 'outerHTML' });
+  }
 }
 
 function mount(panel) {
   panel.dataset.mounted = 'true';
-  chat = createChat({
+  const mounted = createChat({
     panel,
     map,
     tools,
     onSessionCreated: (id) => socket.bind(id),
-    onTitleMaybeChanged: (id) => {
-      panel.dataset.sessionTitle = '-';
-      refreshSessionList(id);
+    onTurnEnd: ({ session, untitled }) => {
+      if (chat !== mounted) {
+        // A conversation the reader left: mark it, keep the header and the selection.
+        newAnswers.add(session);
+        refreshSessionList();
+        return;
+      }
+      if (untitled) {
+        panel.dataset.sessionTitle = '-';
+        refreshSessionList({ title: true });
+      }
     },
   });
+  chat = mounted;
+  newAnswers.delete(panel.dataset.sessionId);
+  markNewAnswers();
 }
 
 const panel = document.getElementById('chat-panel');
@@ -68,7 +100,8 @@ const socket = createSessionSocket({
 });
 mount(panel);
 
-document.body.addEventListener('htmx:afterSettle', (event) => {
+document.body.addEventListener('htmx:afterSettle', () => {
+  markNewAnswers();
   const swapped = document.getElementById('chat-panel');
   if (!swapped || swapped.dataset.mounted === 'true') return;
   mount(swapped);

@@ -66,6 +66,20 @@ export function createTranscript({ element, session, onState, onHighlight, keep,
     old.replaceWith(fresh);
   }
 
+  /**
+   * Cards still waiting in turns other than `turn` (a new turn started: an approval or a
+   * decision there was set aside) are shown again as the server has them now.
+   */
+  function settleCards(turn) {
+    const waiting = element.querySelectorAll(
+      '.approval-card[data-status="pending"], .decision-card[data-status="pending"]',
+    );
+    for (const card of waiting) {
+      const holder = card.closest('.message[data-message-id]');
+      if (holder && Number(holder.dataset.turn) !== turn) renderMessage(holder.dataset.messageId);
+    }
+  }
+
   /** New messages in `root`: the newest highlight among them is applied to the map. */
   function arrived(root) {
     let newest = null;
@@ -88,5 +102,5 @@ export function createTranscript({ element, session, onState, onHighlight, keep,
     return [...element.querySelectorAll('.turn[data-turn]')].map((t) => Number(t.dataset.turn));
   }
 
-  return { element, turnElement, renderTurn, renderMessage, scrollToEnd, shownTurns };
+  return { element, turnElement, renderTurn, renderMessage, settleCards, scrollToEnd, shownTurns };
 }
