@@ -104,6 +104,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                     max(0.0, (expires - timezone.now()).total_seconds()),
                     lambda: asyncio.ensure_future(self.auth_revoked(wire.auth_revoked_message())),
                 )
+            # Every page hears of writes to annotations (its map reloads what changed).
+            self.auth_groups.append(wire.ANNOTATIONS_GROUP)
             for group in self.auth_groups:
                 await self.channel_layer.group_add(group, self.channel_name)
         # Accept, then close with a code the page can read (a refused handshake has none).
@@ -254,6 +256,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def auth_revoked(self, message: wire.AuthRevokedMessage) -> None:
         """The token was revoked or expired, or the user deactivated: nothing more is heard."""
         await self.close(code=CLOSE_UNAUTHENTICATED)
+
+    async def annotations_changed(self, message: wire.AnnotationsChangedMessage) -> None:
+        await self.send_json(wire.annotations_changed_frame(message))
 
     async def client_tool_forget(self, message: wire.ClientToolForgetMessage) -> None:
         """The engine stopped waiting (time-out, cancelled turn): the page may drop its card."""

@@ -307,6 +307,9 @@ CLIENT_TOOL_ANSWER = "client.tool.answer"
 CLIENT_TOOL_FORGET = "client.tool.forget"
 TURN_EVENT = "turn.event"
 AUTH_REVOKED = "auth.revoked"
+ANNOTATIONS_CHANGED = "annotations.changed"
+#: The channel-layer group every authenticated socket joins, to hear of annotation writes.
+ANNOTATIONS_GROUP = "annotations"
 HEALTH_PING = "health.ping"
 
 
@@ -353,6 +356,18 @@ def auth_group_of_user(user_id: int) -> str:
 def auth_group_of_token(token_id: int) -> str:
     """The channel-layer group of every socket opened with a token."""
     return f"auth.token.{token_id}"
+
+
+class AnnotationsChangedMessage(TypedDict):
+    """annotations → every socket (`ANNOTATIONS_GROUP`): annotations were written (a deletion,
+    a restore, an import, an edit, a seed); `revision` is the new `AnnotationRevision` token."""
+
+    type: Literal["annotations.changed"]
+    revision: str
+
+
+def annotations_changed_message(revision: str) -> AnnotationsChangedMessage:
+    return AnnotationsChangedMessage(type=ANNOTATIONS_CHANGED, revision=revision)
 
 
 class ClientToolForgetMessage(TypedDict):
@@ -506,6 +521,13 @@ class EventFrame(TypedDict):
     data: EventData
 
 
+class AnnotationsChangedFrame(TypedDict):
+    """Annotations were written: the map reloads its counts and tiles (unchanged tiles 304)."""
+
+    type: Literal["annotations-changed"]
+    revision: str
+
+
 class ErrorFrame(TypedDict):
     type: Literal["error"]
     status: int
@@ -520,6 +542,7 @@ ServerFrame = (
     | ClientToolInvokeFrame
     | ClientToolCancelledFrame
     | EventFrame
+    | AnnotationsChangedFrame
     | ErrorFrame
 )
 
@@ -530,6 +553,7 @@ SERVER_FRAMES: Mapping[str, type] = {
     "client-tool-invoke": ClientToolInvokeFrame,
     "client-tool-cancelled": ClientToolCancelledFrame,
     "event": EventFrame,
+    "annotations-changed": AnnotationsChangedFrame,
     "error": ErrorFrame,
 }
 
@@ -557,6 +581,10 @@ def client_tool_cancelled_frame(correlation_id: str) -> ClientToolCancelledFrame
 
 def event_frame(message: TurnEventMessage) -> EventFrame:
     return EventFrame(type="event", event=message["event"], data=message["data"])
+
+
+def annotations_changed_frame(message: AnnotationsChangedMessage) -> AnnotationsChangedFrame:
+    return AnnotationsChangedFrame(type="annotations-changed", revision=message["revision"])
 
 
 def error_frame(

@@ -33,6 +33,8 @@ WIRE_TYPES = (
     "client.tool.answer",
     "client.tool.forget",
     "turn.event",
+    "annotations-changed",
+    "annotations.changed",
     "health.ping",
 )
 

@@ -2,7 +2,11 @@
 
 import uuid
 
-from django.db import models
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import models, transaction
+
+from geosense import wire
 
 from .types import CLASS_MAX_LENGTH
 
@@ -86,4 +90,15 @@ class AnnotationRevision(models.Model):
         values = {"token": token, "generation": token} if content else {"token": token}
         if not cls.objects.filter(pk=1).update(**values):
             cls.objects.update_or_create(pk=1, defaults={"token": token, "generation": token})
+        transaction.on_commit(lambda: _announce(token), robust=True)
         return token
+
+
+def _announce(token: str) -> None:
+    """Tell every open page (`annotations-changed`), through the channel layer: through Redis
+    that reaches every process; the in-memory layer reaches only this one."""
+    layer = get_channel_layer()
+    if layer is not None:
+        async_to_sync(layer.group_send)(
+            wire.ANNOTATIONS_GROUP, wire.annotations_changed_message(token)
+        )

@@ -97,6 +97,11 @@ const socket = createSessionSocket({
   onFrameError: (frame) => {
     if (frame.status !== 404) console.warn('GeoSense socket:', frame.error);
   },
+  // Annotations were written (here or anywhere): the map reloads its counts and tiles.
+  onAnnotationsChanged: (revision) =>
+    document.dispatchEvent(
+      new CustomEvent('geosense:annotations-changed', { detail: { revision } }),
+    ),
 });
 mount(panel);
 

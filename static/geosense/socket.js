@@ -40,6 +40,7 @@ export const SOCKET_STATES = Object.freeze({
  *   onFrameError?: (frame: import('./wire.js').ErrorFrame) => void,
  *   onBound?: (session: string) => void,
  *   onCancelled?: (call: {correlationId: string, name: string}) => void,
+ *   onAnnotationsChanged?: (revision: string) => void,
  *   WebSocket?: typeof WebSocket,
  *   setTimeout?: typeof setTimeout,
  *   clearTimeout?: typeof clearTimeout,
@@ -54,6 +55,7 @@ export function createSessionSocket({
   onFrameError = () => {},
   onBound = () => {},
   onCancelled = () => {},
+  onAnnotationsChanged = () => {},
   WebSocket: Socket = globalThis.WebSocket,
   setTimeout: later = (fn, ms) => globalThis.setTimeout(fn, ms),
   clearTimeout: cancelLater = (id) => globalThis.clearTimeout(id),
@@ -117,6 +119,7 @@ export function createSessionSocket({
     [SERVER_FRAMES.clientToolInvoke]: answer,
     [SERVER_FRAMES.clientToolCancelled]: cancelled,
     [SERVER_FRAMES.event]: (frame) => onEvent(frame.event, frame.data || {}),
+    [SERVER_FRAMES.annotationsChanged]: (frame) => onAnnotationsChanged(String(frame.revision)),
     [SERVER_FRAMES.error]: (frame) => onFrameError(frame),
   };
 

@@ -35,6 +35,7 @@ export const SERVER_FRAMES = Object.freeze({
   clientToolInvoke: 'client-tool-invoke',
   clientToolCancelled: 'client-tool-cancelled',
   event: 'event',
+  annotationsChanged: 'annotations-changed',
   error: 'error',
 });
 
@@ -79,6 +80,7 @@ export const SERVER_FRAMES = Object.freeze({
  *   ClientToolInvokeFrame
  * @typedef {{type: 'client-tool-cancelled', correlationId: string}} ClientToolCancelledFrame
  * @typedef {{type: 'event', event: EventName, data: object}} EventFrame
+ * @typedef {{type: 'annotations-changed', revision: string}} AnnotationsChangedFrame
  * @typedef {{type: 'error', status: number, error: string, tool?: string,
  *   correlationId?: string}} ErrorFrame
  *

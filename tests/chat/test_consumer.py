@@ -785,3 +785,38 @@ async def test_a_cancelled_call_is_withdrawn_from_the_page(alice):
         "correlationId": frame["correlationId"],
     }
     await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_deletion_and_a_restore_reach_every_open_socket(alice, bob):
+    from geosense.annotations.models import AnnotationRevision
+    from geosense.annotations.services import (
+        annotation_create,
+        annotations_restore,
+        annotations_soft_delete,
+    )
+    from tests.annotations.shapes import point
+
+    tree = await database_sync_to_async(annotation_create)(
+        category="tree", geometry=point(-118.52, 34.15)
+    )
+    alices, bobs = await bound(alice), await connected(bob)  # bound or not, every page hears
+
+    await database_sync_to_async(annotations_soft_delete)(ids=[tree.pk])
+    deleted = await database_sync_to_async(AnnotationRevision.current)()
+    for ws in (alices, bobs):
+        assert await ws.receive_json_from() == {"type": "annotations-changed", "revision": deleted}
+
+    await database_sync_to_async(annotations_restore)(ids=[tree.pk])
+    restored = await database_sync_to_async(AnnotationRevision.current)()
+    assert restored != deleted
+    for ws in (alices, bobs):
+        assert await ws.receive_json_from() == {
+            "type": "annotations-changed",
+            "revision": restored,
+        }
+    await database_sync_to_async(annotations_soft_delete)(ids=[tree.pk + 1000])  # none: silent
+    assert await alices.receive_nothing(timeout=0.2)
+    await alices.disconnect()
+    await bobs.disconnect()

@@ -248,3 +248,11 @@ test('bind() on an open socket binds the new session at once; closed, it waits f
   assert.deepEqual(ws().sent.at(-1), { type: 'session-bind', session: 's4' });
   assert.equal(seen.states.at(-1), 'connecting');
 });
+
+test('an annotations-changed frame is handed on with its revision', () => {
+  const changed = [];
+  const { ws } = harness({ onAnnotationsChanged: (revision) => changed.push(revision) });
+  ws().open();
+  ws().receive({ type: 'annotations-changed', revision: 'r2' });
+  assert.deepEqual(changed, ['r2']);
+});
