@@ -103,10 +103,13 @@ def test_a_value_too_deep_or_too_large_is_refused_without_being_checked():
 
 @pytest.mark.parametrize("costly", COSTLY_RESULTS, ids=lambda c: c.name)
 def test_the_costliest_answers_are_decided_within_the_budget(costly):
-    # The budget is CPU time (a busy machine stretches the wall clock, not the work).
+    # The budget is CPU time (a busy machine stretches the wall clock, not the work). The
+    # deadline is read between keywords, so a check overruns it by at most one keyword's work,
+    # and on a loaded machine a CPU second does less (shared caches): twice the budget is the
+    # bound that says "stopped", an unbounded check takes seconds to minutes here.
     started = time.thread_time()
     validation_error(schema=costly.schema, value=costly.value)
-    assert time.thread_time() - started < CHECK_BUDGET_SECONDS + 0.1
+    assert time.thread_time() - started < 2 * CHECK_BUDGET_SECONDS
 
 
 def test_a_check_that_runs_out_of_time_refuses_with_a_sentence():
