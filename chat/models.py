@@ -38,6 +38,9 @@ class ChatSession(models.Model):
     # The claim that keeps one turn per session across processes (chat/turns.py).
     turn_state = models.CharField(max_length=16, choices=TurnState.choices, default=TurnState.IDLE)
     turn_lease = models.DateTimeField(null=True, blank=True)
+    # The process (`ServerProcess.id`) whose turn holds the claim: its death frees the session
+    # at once instead of at the end of the lease (chat/processes.py).
+    turn_owner = models.UUIDField(null=True, blank=True)
     turn_count = models.PositiveIntegerField(default=0)
 
     class Meta:
@@ -66,6 +69,9 @@ class Message(models.Model):
     # Whatever name the model wrote, even one no tool has (its result then says so).
     tool_name = NulFreeTextField(blank=True)
     is_error = models.BooleanField(default=False)
+    # Assistant text stored while it streamed (every second or so) whose stream never finished:
+    # the process died, the model failed or the turn was stopped. It stays what the user saw.
+    cut_off = models.BooleanField(default=False)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -180,13 +186,16 @@ class PendingDecision(Pause):
 class ClientToolRegistration(models.Model):
     """The client tools one socket declared; every process reads them from here.
 
-    Keyed by the socket's channel name; deleted when the socket closes.
+    Keyed by the socket's channel name; deleted when the socket closes, or with its process.
     """
 
     channel_name = models.CharField(max_length=255, unique=True)
     session = models.ForeignKey(
         ChatSession, on_delete=models.CASCADE, related_name="client_tool_registrations"
     )
+    # The process holding the socket (`ServerProcess.id`): a registration whose process stopped
+    # heartbeating is nobody's, however it ended (chat/processes.py).
+    process = models.UUIDField(null=True, blank=True)
     tools = NulFreeJSONField(default=list)
     updated = models.DateTimeField(auto_now=True)
 
@@ -195,3 +204,21 @@ class ClientToolRegistration(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel_name} → {self.session_id}"
+
+
+class ServerProcess(models.Model):
+    """A running Daphne (or other) process of this deployment, with its heartbeat.
+
+    Turn claims and socket registrations name the process holding them; a process that stopped
+    heartbeating (killed, frozen, its machine gone) holds nothing any more, so its sessions
+    take a new turn within seconds, not at the end of the lease (chat/processes.py).
+    """
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    started = models.DateTimeField(auto_now_add=True)
+    heartbeat = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}"

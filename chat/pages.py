@@ -49,6 +49,8 @@ class ShownMessage:
     text: str
     approval: dict[str, Any] | None
     decision: dict[str, Any] | None
+    # The stream of this text broke off (a crash, the model failed, the turn was stopped).
+    cut_off: bool = False
 
 
 class _DataClasses(Collection[str]):
@@ -152,6 +154,7 @@ def transcript_shown(*, session: ChatSession) -> list[ShownMessage]:
                 text=message.content,
                 approval=approval,
                 decision=decision,
+                cut_off=message.cut_off,
             )
         )
     return shown

@@ -101,6 +101,8 @@ def message_serialize(message: Message) -> MessageData:
         data["decision"] = decision_serialize(decision)
     if message.tool_calls:
         data["tool_calls"] = message.tool_calls
+    if message.cut_off:
+        data["cut_off"] = True
     if message.role == Message.Role.TOOL:
         data["tool_call_id"] = message.tool_call_id
         data["tool_name"] = message.tool_name

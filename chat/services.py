@@ -13,11 +13,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from tools.client import ClientTool
 
+from . import processes
 from .models import (
     Approval,
     Artifact,
@@ -59,13 +59,19 @@ def session_claim(*, session_id: object) -> None:
     """Claim the session for one turn, across processes (docs/architecture.md, "Engine
     invariants" 2).
 
-    A crashed process's claim expires with its lease. Raises SessionBusy.
+    The claim names this process; a dead process's claim is free at once (chat/processes.py),
+    and any claim expires with its lease. Raises SessionBusy.
     """
+    processes.process_start()
     now = timezone.now()
     claimed = (
         ChatSession.objects.filter(pk=session_id)
-        .filter(Q(turn_state=ChatSession.TurnState.IDLE) | Q(turn_lease__lt=now))
-        .update(turn_state=ChatSession.TurnState.RUNNING, turn_lease=now + TURN_LEASE)
+        .filter(processes.claim_free_q(now))
+        .update(
+            turn_state=ChatSession.TurnState.RUNNING,
+            turn_lease=now + TURN_LEASE,
+            turn_owner=processes.PROCESS_ID,
+        )
     )
     if not claimed:
         raise SessionBusy("a turn is already running in this session")
@@ -78,8 +84,13 @@ def session_lease_renew(*, session_id: object) -> None:
 
 
 def session_release(*, session_id: object) -> None:
-    ChatSession.objects.filter(pk=session_id).update(
-        turn_state=ChatSession.TurnState.IDLE, turn_lease=None, updated=timezone.now()
+    """Release this process's claim; one taken over meanwhile (this process was silent too
+    long) belongs to another turn and stays."""
+    ChatSession.objects.filter(pk=session_id, turn_owner=processes.PROCESS_ID).update(
+        turn_state=ChatSession.TurnState.IDLE,
+        turn_lease=None,
+        turn_owner=None,
+        updated=timezone.now(),
     )
 
 
@@ -99,7 +110,14 @@ def message_store(
     role: str,
     content: str = "",
     tool_calls: list[dict[str, Any]] | None = None,
+    draft_id: int | None = None,
 ) -> Message:
+    """Store a message; `draft_id` completes the draft its stream was stored in so far."""
+    if draft_id is not None:
+        Message.objects.filter(pk=draft_id, session_id=session_id).update(
+            content=content, tool_calls=tool_calls or [], cut_off=False
+        )
+        return Message.objects.get(pk=draft_id)
     message = Message.objects.create(
         session_id=session_id, turn=turn, role=role, content=content, tool_calls=tool_calls or []
     )
@@ -111,6 +129,22 @@ def message_store(
             title = " ".join(message_plain_text(content).split())[:TITLE_LENGTH] or "New session"
             ChatSession.objects.filter(pk=session_id, title="").update(title=title)
     return message
+
+
+def message_draft_save(*, session_id: object, turn: int, draft_id: int | None, content: str) -> int:
+    """Store the assistant's text streamed so far, marked cut off until its stream completes
+    (`message_store(draft_id=…)`): if the process dies or the model fails, what the user saw
+    stays. Returns the draft's id; a completed draft is never overwritten."""
+    if draft_id is None:
+        return Message.objects.create(
+            session_id=session_id,
+            turn=turn,
+            role=Message.Role.ASSISTANT,
+            content=content,
+            cut_off=True,
+        ).pk
+    Message.objects.filter(pk=draft_id, cut_off=True).update(content=content)
+    return draft_id
 
 
 def tool_calls_with_fresh_ids(

@@ -69,6 +69,8 @@ FAILED_NOTE = "Something went wrong while answering. The conversation is saved; 
 # the `error` event are read by a person as they are.
 AGENT_FAILED = "The assistant could not answer."
 ONE_WAY_DELIVERED = {"ok": True, "delivered": "shown to the user"}
+# The streamed text is stored at most this long after it was shown (`_Draft`).
+DRAFT_SECONDS = 1.0
 
 _running: set[asyncio.Task] = set()
 
@@ -116,6 +118,54 @@ class PreparedTurn:
     # For a resume: the assistant message whose remaining calls continue first.
     resume_message_id: int | None = None
     approval_outcome: approvals.ApprovalOutcome | None = None
+
+
+@dataclass
+class _Draft:
+    """The assistant's text of one step as it streams, stored at most `DRAFT_SECONDS` after
+    each delta (one write a second at most, whatever the rate of deltas), so a crash or a
+    failed stream keeps what the user saw (`Message.cut_off`)."""
+
+    session_id: Any
+    turn: int
+    parts: list[str] = field(default_factory=list)
+    draft_id: int | None = None
+    closed: bool = False
+    _timer: asyncio.Task | None = None
+    _saving: bool = False
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def add(self, text: str) -> None:
+        self.parts.append(text)
+        if self._timer is None or self._timer.done():
+            self._saving = False
+            self._timer = asyncio.create_task(self._save_later())
+
+    async def _save_later(self) -> None:
+        await asyncio.sleep(DRAFT_SECONDS)
+        self._saving = True  # no await since the sleep: from here on it is never cancelled
+        async with self._lock:
+            if not self.closed:
+                await self._save()
+
+    async def _save(self) -> None:
+        self.draft_id = await in_thread(services.message_draft_save)(
+            session_id=self.session_id,
+            turn=self.turn,
+            draft_id=self.draft_id,
+            content="".join(self.parts),
+        )
+
+    async def close(self, *, cut_off: bool = False) -> int | None:
+        """Stop saving; with `cut_off` (the stream broke) store the text shown so far. Returns
+        the draft's id, if one was stored (a completed step's message takes it over)."""
+        self.closed = True
+        if self._timer is not None and not self._saving:
+            self._timer.cancel()
+        async with self._lock:  # a save under way ends first: its id is the draft's
+            if cut_off and "".join(self.parts).strip():
+                await self._save()
+        return self.draft_id
 
 
 class CallOutcome(enum.Enum):
@@ -246,6 +296,8 @@ class TurnRunner:
     prepared: PreparedTurn
     sink: EventSink
     agent: Agent
+    # The stored draft of the step that just streamed (`_ask`), completed by its message.
+    draft_id: int | None = None
 
     @property
     def session_id(self) -> Any:
@@ -361,6 +413,7 @@ class TurnRunner:
                 turn=self.turn,
                 role=Message.Role.ASSISTANT,
                 content=text,
+                draft_id=self.draft_id,
                 tool_calls=await in_thread(services.tool_calls_with_fresh_ids)(
                     session_id=self.session_id,
                     calls=[
@@ -415,19 +468,28 @@ class TurnRunner:
         *,
         stream: bool,
     ) -> tuple[str, list[ToolCallRequest]]:
-        parts: list[str] = []
+        draft = _Draft(session_id=self.session_id, turn=self.turn)
         calls: list[ToolCallRequest] = []
-        async for chunk in self.agent.stream(history=history, tools=specs, context=context):
-            if isinstance(chunk, TextDelta):
-                parts.append(chunk.text)
-                if stream:
-                    await self.sink.emit(wire.text_delta(chunk.text))
-            elif isinstance(chunk, Thinking):
-                if stream:
-                    await self.sink.emit(wire.backend_thinking(chunk.text))
-            else:
-                calls.append(chunk)
-        text = "".join(parts)
+        try:
+            async for chunk in self.agent.stream(history=history, tools=specs, context=context):
+                if isinstance(chunk, TextDelta):
+                    if stream:
+                        draft.add(chunk.text)
+                        await self.sink.emit(wire.text_delta(chunk.text))
+                    else:
+                        draft.parts.append(chunk.text)
+                elif isinstance(chunk, Thinking):
+                    if stream:
+                        await self.sink.emit(wire.backend_thinking(chunk.text))
+                else:
+                    calls.append(chunk)
+        except BaseException:
+            # The model failed, the turn was stopped: what was shown stays, cut off.
+            if stream:
+                await asyncio.shield(draft.close(cut_off=True))
+            raise
+        self.draft_id = await draft.close() if stream else None
+        text = "".join(draft.parts)
         if stream and calls and text.strip():
             await self.sink.emit(wire.backend_thinking(text.strip()))
         return text, calls

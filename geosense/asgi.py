@@ -25,6 +25,12 @@ http_application = SecurityHeadersMiddleware(
     ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
 )
 
+from chat.processes import process_start  # noqa: E402
+
+# Announce this process and free what dead ones held (their turn claims and sockets): after a
+# crash and a restart, sessions take new turns at once (chat/processes.py).
+process_start()
+
 application = ProtocolTypeRouter(
     {
         "http": http_application,

@@ -288,6 +288,19 @@ GEOSENSE_CLIENT_TOOL_TIMEOUT = float(os.environ.get("GEOSENSE_CLIENT_TOOL_TIMEOU
 GEOSENSE_TURN_LEASE = float(os.environ.get("GEOSENSE_TURN_LEASE", "120"))
 if GEOSENSE_TURN_LEASE < 2:
     raise ImproperlyConfigured("GEOSENSE_TURN_LEASE must be at least 2 seconds.")
+# Seconds between a process's heartbeats (chat/processes.py); a process silent for
+# GEOSENSE_PROCESS_STALE seconds is dead: its turn claims and socket registrations are taken
+# over, so after a crash a session takes a new turn within seconds. 0 turns heartbeats off
+# (the test process): claims then last their lease and registrations until their socket closes.
+GEOSENSE_PROCESS_HEARTBEAT = float(os.environ.get("GEOSENSE_PROCESS_HEARTBEAT", "1"))
+GEOSENSE_PROCESS_STALE = float(os.environ.get("GEOSENSE_PROCESS_STALE", "4"))
+if GEOSENSE_PROCESS_HEARTBEAT < 0 or (
+    GEOSENSE_PROCESS_HEARTBEAT and GEOSENSE_PROCESS_STALE < 2 * GEOSENSE_PROCESS_HEARTBEAT
+):
+    raise ImproperlyConfigured(
+        "GEOSENSE_PROCESS_HEARTBEAT must be 0 (off) or positive, and GEOSENSE_PROCESS_STALE at "
+        "least twice as long."
+    )
 GEOSENSE_MAP_TILE_URL = os.environ.get("GEOSENSE_MAP_TILE_URL", "")
 if GEOSENSE_MAP_TILE_URL.startswith(("https://", "http://")):
     # A base map from another host: its origin may be fetched and shown.

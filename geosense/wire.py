@@ -185,6 +185,8 @@ class MessageData(TypedDict):
     tool_call_id: NotRequired[str]
     tool_name: NotRequired[str]
     is_error: NotRequired[bool]
+    # Assistant text whose stream broke off (a crash, the model failed): what the user saw.
+    cut_off: NotRequired[bool]
 
 
 class ErrorData(TypedDict):

@@ -17,4 +17,8 @@ os.environ.setdefault("DEBUG", "1")
 for _name in [n for n in os.environ if n == "GEOSENSE_AGENT" or n.startswith("GEOSENSE_LLM_")]:
     del os.environ[_name]
 
+# No heartbeat thread writing to the test database: claims last their lease, as they did
+# before heartbeats existed; the tests of chat/processes.py turn them on where they need them.
+os.environ.setdefault("GEOSENSE_PROCESS_HEARTBEAT", "0")
+
 from geosense.settings import *  # noqa: E402, F403

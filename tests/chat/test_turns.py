@@ -149,7 +149,7 @@ async def test_provider_http_error_becomes_an_error_event_and_the_session_stays_
     assert all(m["role"] != "note" for m in openai_agent.requests[-1]["messages"])
 
 
-async def test_a_stream_that_breaks_off_is_an_error_not_a_half_message(
+async def test_a_stream_that_breaks_off_is_an_error_and_keeps_what_was_shown_cut_off(
     client, trusted_caller, openai_agent
 ):
     openai_agent.break_off(after_chunks=2)
@@ -158,9 +158,16 @@ async def test_a_stream_that_breaks_off_is_an_error_not_a_half_message(
     )
     assert "error" in out.names() and out.names()[-1] == "turn_end"
     assert "message" not in out.names()
-    assert not await Message.objects.filter(
-        session=trusted_caller.session, role="assistant"
-    ).aexists()
+    stored = [
+        (m.role, m.content, m.cut_off)
+        async for m in Message.objects.filter(session=trusted_caller.session).order_by("id")
+    ]
+    assert stored[1] == ("assistant", out.text, True)
+    assert out.text and stored[2][0] == "note"
+    response = await client.get(
+        trusted_caller.url(), headers={"Authorization": f"Bearer {trusted_caller.token}"}
+    )
+    assert [m.get("cut_off", False) for m in response.json()["messages"]] == [False, True, False]
 
 
 async def test_a_client_that_disconnects_mid_stream_loses_nothing(
