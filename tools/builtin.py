@@ -13,7 +13,15 @@ from geosense.annotations.types import (
 )
 
 from .registry import BackendTool, ToolContext, ToolError
-from .wording import area_text, ids_text, listing, metres_text, place_text, sentence
+from .wording import (
+    area_text,
+    ids_text,
+    listing,
+    metres_text,
+    missing_text,
+    place_text,
+    sentence,
+)
 
 SIMILARITY_COST = 5
 INLINE_LIMIT = 20  # rows a result shows the model inline; the rest stays in the artifact
@@ -79,6 +87,12 @@ LIST_CLASSES = BackendTool(
 )
 
 
+def _absent(ids) -> str:
+    """Why these ids name no live annotation, in a sentence for a person (and the model)."""
+    deleted, unknown = selectors.annotations_missing(ids=ids)
+    return missing_text(deleted, unknown)
+
+
 # --- query_annotations -----------------------------------------------------------------------
 
 
@@ -95,6 +109,12 @@ def query_annotations(context: ToolContext, arguments: dict[str, Any]) -> dict[s
     )
     items = [_summary_row(r) for r in rows]
     result: dict[str, Any] = {"count": len(items), "annotations": items[:INLINE_LIMIT]}
+    if arguments.get("ids"):
+        absent = _absent(arguments["ids"])
+        if absent and not items:
+            raise ToolError(absent)
+        if absent:
+            result["missing"] = absent
     if len(items) > INLINE_LIMIT:
         result["artifact_id"] = context.artifact_save(
             kind="annotations",
@@ -254,7 +274,7 @@ def measure(context: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
     try:
         m = selectors.annotation_measures(annotation_id=arguments["id"])
     except AnnotationNotFound:
-        raise ToolError(f"There is no annotation {arguments['id']}.") from None
+        raise ToolError(_absent([arguments["id"]])) from None
     return {
         "id": m.id,
         "class": m.category,
@@ -336,7 +356,9 @@ def similarity_search(context: ToolContext, arguments: dict[str, Any]) -> dict[s
             category=_known_class(category) if category else None,
             k=arguments.get("k", 20),
         )
-    except (AnnotationNotFound, VectorNotFound) as exc:
+    except AnnotationNotFound as exc:
+        raise ToolError(_absent(exc.ids)) from None
+    except VectorNotFound as exc:
         raise ToolError(str(exc)) from None
     ids = [h.id for h in hits]
     artifact_id = context.artifact_save(
@@ -409,7 +431,7 @@ def delete_annotations(context: ToolContext, arguments: dict[str, Any]) -> dict[
     if missing:
         result["not_found"] = missing
     if not deleted:
-        raise ToolError(f"Nothing was deleted: no live annotation has the id(s) {missing}.")
+        raise ToolError(f"Nothing was deleted. {_absent(missing)}")
     return result
 
 

@@ -19,9 +19,11 @@ import weakref
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
 from geosense.annotations.classes import class_plural
+from geosense.annotations.selectors import annotations_missing
 from geosense.wire import (
     CLIENT_TOOL_ANSWER,
     ClientToolAnswerMessage,
@@ -39,7 +41,7 @@ from tools.schemas import (
     schema_check,
     validation_problem,
 )
-from tools.wording import ids_text, listing, sentence
+from tools.wording import ids_text, listing, missing_text, sentence
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +118,17 @@ class ClientTool:
 
     async def arguments_problem(self, arguments: dict) -> str | None:
         """Why the model's arguments do not match the declaration, or None (checked in the
-        schema worker: the schema is the browser's, the arguments the model's)."""
-        return await validation_problem(schema=self.arguments, value=arguments)
+        schema worker: the schema is the browser's, the arguments the model's). Arguments the
+        summary shows as annotation ids (`{ids:ids}`) must not name deleted annotations: a
+        page is never asked to show one (unknown ids are the page's to skip)."""
+        problem = await validation_problem(schema=self.arguments, value=arguments)
+        if problem:
+            return problem
+        ids = _annotation_ids(self.summary, arguments)
+        if not ids:
+            return None
+        deleted, _ = await sync_to_async(annotations_missing)(ids=ids)
+        return missing_text(deleted, []).rstrip(".") or None
 
 
 class ClientToolRefused(ValueError):
@@ -210,6 +221,18 @@ def client_tool_declare(raw: object, *, backend_names: Collection[str]) -> Clien
 _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_-]{1,64})(?::(ids|class))?\}")
 _OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
 VALUE_MAX_CHARS = 120
+
+
+def _annotation_ids(template: str, arguments: Mapping) -> list[int]:
+    """The integers of the arguments a summary template shows as ids (`{name:ids}`)."""
+    found: list[int] = []
+    for match in _PLACEHOLDER.finditer(template or ""):
+        if match.group(2) != "ids":
+            continue
+        value = arguments.get(match.group(1))
+        values = value if isinstance(value, list) else [value]
+        found.extend(v for v in values if isinstance(v, int) and not isinstance(v, bool))
+    return found
 
 
 def summary_problem(template: str, *, arguments: Mapping) -> str | None:

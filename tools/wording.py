@@ -70,3 +70,22 @@ def place_text(lat: Any, lon: Any) -> str:
 def sentence(text: str) -> str:
     """The first letter upper case."""
     return text[:1].upper() + text[1:]
+
+
+def missing_text(deleted: list[int], unknown: list[int]) -> str:
+    """Why ids name no annotation, for a person: "#7 was deleted (an administrator can
+    restore it)."; "There is no annotation #99."; both, in one sentence each."""
+    parts = []
+    if deleted:
+        one = len(deleted) == 1
+        parts.append(
+            f"{ids_text(deleted)} {'was' if one else 'were'} deleted "
+            f"(an administrator can restore {'it' if one else 'them'})."
+        )
+    if unknown:
+        parts.append(
+            f"There is no annotation {ids_text(unknown)}."
+            if len(unknown) == 1
+            else f"There are no annotations {ids_text(unknown)}."
+        )
+    return " ".join(parts)

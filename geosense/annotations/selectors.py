@@ -87,6 +87,19 @@ def annotation_overview() -> DatasetOverview:
     )
 
 
+def annotations_missing(*, ids: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(deleted, unknown) among ids: the soft-deleted ones and those no annotation ever had,
+    each sorted; both empty when every id is live. From the index (no row is read)."""
+    index = spatial_index()
+    wanted = np.unique(np.asarray(list(ids), dtype=np.int64))
+    live = np.zeros(len(wanted), dtype=bool)
+    for class_index in index.classes.values():
+        live |= class_index.position_of(wanted) >= 0
+    absent = wanted[~live]
+    deleted = np.isin(absent, index.deleted)
+    return absent[deleted].tolist(), absent[~deleted].tolist()
+
+
 def annotation_areas(*, ids: Sequence[int]) -> dict[int, float]:
     """id → geodesic area of live annotations, for attributes of large answers (no geometry read)."""
     wanted = sorted(set(ids))
@@ -165,7 +178,7 @@ def annotation_list(
 def annotation_measures(*, annotation_id: int) -> AnnotationMeasures:
     annotation = Annotation.objects.filter(pk=annotation_id).first()
     if annotation is None:
-        raise AnnotationNotFound(f"annotation {annotation_id} does not exist")
+        raise AnnotationNotFound(f"annotation {annotation_id} does not exist", [annotation_id])
     geom = shape(annotation.geometry)
     centre = geom.centroid
     is_area = shapely.get_dimensions(geom) == 2
@@ -373,9 +386,9 @@ def annotations_similar(
             "id", "category", "vectors"
         )
     }
-    for sample_id in sample_ids:
-        if sample_id not in rows:
-            raise AnnotationNotFound(f"annotation {sample_id} does not exist")
+    absent = [sample_id for sample_id in sample_ids if sample_id not in rows]
+    if absent:
+        raise AnnotationNotFound(f"annotation {absent[0]} does not exist", absent)
     wanted: list[tuple[str, np.ndarray]] = []
     for sample_id, name in samples:
         vector_name = name or DEFAULT_VECTOR

@@ -20,7 +20,11 @@ SIMILAR_K_MAX = 200
 
 
 class AnnotationNotFound(LookupError):
-    """An id that names no live annotation (unknown or soft-deleted)."""
+    """An id that names no live annotation (unknown or soft-deleted); `ids` are those ids."""
+
+    def __init__(self, message: str, ids: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.ids = list(ids or [])
 
 
 class VectorNotFound(LookupError):
