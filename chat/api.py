@@ -35,6 +35,7 @@ from .turns import (
     NewMessage,
     PreparedTurn,
     TurnRequestInvalid,
+    TurnUnavailable,
     turn_launch,
     turn_prepare,
 )
@@ -55,6 +56,7 @@ REFUSALS: tuple[tuple[type[Exception], int], ...] = (
     (PauseNotFound, 404),
     (PauseConflict, 409),
     (services.SessionBusy, 409),
+    (TurnUnavailable, 503),
 )
 
 

@@ -18,15 +18,18 @@ import asyncio
 import enum
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import OperationalError
 
 from geosense import wire
 from geosense.annotations.selectors import annotation_overview
+from geosense.dbpool import in_db_thread
 from tools import client as client_tools
 from tools.registry import (
     BackendTool,
@@ -76,12 +79,14 @@ _running: set[asyncio.Task] = set()
 
 
 def in_thread(function: Callable) -> Callable:
-    """Run blocking work (the ORM) in the worker thread, never on the event loop.
+    """Run blocking work (the ORM) in the engine's bounded pool, never on the event loop
+    (`geosense.dbpool`: a few threads and connections however many turns run)."""
+    return in_db_thread(function)
 
-    A plain `sync_to_async`: unlike Channels' `database_sync_to_async` it does not close stale
-    database connections around the call.
-    """
-    return sync_to_async(function)
+
+class TurnUnavailable(Exception):
+    """The database could not take the turn now (locked or unreachable): nothing was stored,
+    the session is not claimed, the request may be sent again."""
 
 
 class TurnRequestInvalid(ValueError):
@@ -255,16 +260,60 @@ def _prepare_sync(*, session_id: Any, user: Any, request: TurnRequest) -> Prepar
             return _prepare_approval(session_id=session_id, user=user, request=request)
         return _prepare_decision(session_id=session_id, user=user, request=request)
     except BaseException:
-        services.session_release(session_id=session_id)
+        try:
+            services.session_release(session_id=session_id)
+        except OperationalError:
+            # The claim stays until the release goes through (retried off this request).
+            _release_later(session_id)
         raise
 
 
 async def turn_prepare(*, session_id: Any, user: Any, request: TurnRequest) -> PreparedTurn:
+    """Claim and store what the turn starts from, or refuse; `TurnUnavailable` when the
+    database cannot take it now (every step before a stream is one transaction or undone)."""
     if isinstance(request, DecisionAnswer):
         await approvals.decision_answer_check(
             session_id=session_id, tool_call_id=request.tool_call_id, result=request.result
         )
-    return await in_thread(_prepare_sync)(session_id=session_id, user=user, request=request)
+    try:
+        return await in_thread(_prepare_sync)(session_id=session_id, user=user, request=request)
+    except OperationalError as exc:
+        logger.warning("turn of session %s not started: %s", session_id, exc)
+        raise TurnUnavailable("the database is busy; please send the request again") from exc
+
+
+# --- releasing a claim the database refused to release ----------------------------------------
+
+RELEASE_RETRY_SECONDS = (0.5, 1, 2, 4, 8)
+_releasing: set[Any] = set()
+
+
+def _release_later(session_id: Any) -> None:
+    """Retry a release that failed (the database locked or gone), from a thread of its own,
+    so the session becomes free as soon as the database takes writes again rather than when
+    the lease runs out. At most one retrier per session."""
+    if session_id in _releasing:
+        return
+    _releasing.add(session_id)
+
+    def retry() -> None:
+        from django.db import close_old_connections
+
+        try:
+            for wait in (*RELEASE_RETRY_SECONDS, *[10] * 12):
+                time.sleep(wait)
+                try:
+                    services.session_release(session_id=session_id)
+                    return
+                except OperationalError:
+                    continue
+                finally:
+                    close_old_connections()
+            logger.error("session %s could not be released; its lease will expire", session_id)
+        finally:
+            _releasing.discard(session_id)
+
+    threading.Thread(target=retry, name=f"release {session_id}", daemon=True).start()
 
 
 # --- running ---------------------------------------------------------------------------------
@@ -330,22 +379,38 @@ class TurnRunner:
         """Renew the claim while the turn runs (a long model stream or client-tool wait)."""
         while True:
             await asyncio.sleep(services.TURN_LEASE.total_seconds() / 4)
-            await in_thread(services.session_lease_renew)(session_id=self.session_id)
+            try:
+                await in_thread(services.session_lease_renew)(session_id=self.session_id)
+            except OperationalError as exc:  # the next renewal may go through
+                logger.warning("turn %s#%s: lease not renewed: %s", self.session_id, self.turn, exc)
 
     async def _finish(self) -> None:
+        """Repair, release, then `turn_end`, whatever the database does: a repair that fails
+        is done by the next turn's preparation, a release that fails is retried until it
+        goes through (`_release_later`), and the listeners always hear the end."""
         try:
             await in_thread(services.history_repair)(session_id=self.session_id)
-        finally:
+        except OperationalError as exc:
+            logger.warning("turn %s#%s: repair deferred: %s", self.session_id, self.turn, exc)
+        try:
             await in_thread(services.session_release)(session_id=self.session_id)
-            try:
-                await self.sink.emit(wire.turn_end())
-            except Exception:
-                logger.exception("could not emit turn_end")
+        except OperationalError as exc:
+            logger.warning("turn %s#%s: release retried: %s", self.session_id, self.turn, exc)
+            _release_later(self.session_id)
+        try:
+            await self.sink.emit(wire.turn_end())
+        except Exception:
+            logger.exception("could not emit turn_end")
 
     async def _fail(self, message: str) -> None:
-        await in_thread(services.message_store)(
-            session_id=self.session_id, turn=self.turn, role=Message.Role.NOTE, content=message
-        )
+        """Tell the listeners why the turn ended; the note is stored when the database lets
+        us (a failure that is the database's own must still reach the page)."""
+        try:
+            await in_thread(services.message_store)(
+                session_id=self.session_id, turn=self.turn, role=Message.Role.NOTE, content=message
+            )
+        except OperationalError as exc:
+            logger.warning("turn %s#%s: note not stored: %s", self.session_id, self.turn, exc)
         await self.sink.emit(wire.error(message))
 
     async def _emit_message(self, message_id: int) -> None:

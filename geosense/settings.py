@@ -110,7 +110,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE transactions keep them from failing with "database is locked".
     DATABASES["default"]["OPTIONS"] = {
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        "timeout": 20,
+        # Seconds a write waits for another writer before "database is locked".
+        "timeout": float(os.environ.get("GEOSENSE_SQLITE_BUSY_TIMEOUT", "") or 20),
         "transaction_mode": "IMMEDIATE",
     }
 
@@ -283,6 +284,12 @@ GEOSENSE_CREDITS_PER_1K_TOKENS = (
     _env_number("GEOSENSE_CREDITS_PER_1K_TOKENS", float, low=0, high=1_000_000) or 0.0
 )
 GEOSENSE_CLIENT_TOOL_TIMEOUT = float(os.environ.get("GEOSENSE_CLIENT_TOOL_TIMEOUT", "30"))
+# Threads (and so database connections) the turn engine's ORM work shares in one process, however
+# many turns run (geosense/dbpool.py). SQLite takes one writer at a time: one thread, which never
+# waits for the file's lock; PostgreSQL: a few.
+GEOSENSE_DB_THREADS = _env_number("GEOSENSE_DB_THREADS", int, low=1, high=64) or (
+    1 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" else 4
+)
 # Seconds a turn's claim on its session lasts unless renewed (a running turn renews it every
 # quarter): after a crash, the session takes a new turn at most this long after the last renewal.
 GEOSENSE_TURN_LEASE = float(os.environ.get("GEOSENSE_TURN_LEASE", "120"))

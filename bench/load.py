@@ -1,0 +1,403 @@
+"""One Daphne process under load: N users, each with a bound socket, running turns back to back.
+
+    .venv/bin/python bench/load.py [--users 1,50,200,500] [--seconds 20] [--tree PATH]
+
+Set-up, all on loopback: a Daphne process runs GeoSense from `--tree` (default: this checkout;
+give a worktree of an older commit to measure "before" with the same script) on a fresh seeded
+SQLite file, with the `openai` agent pointed at a scripted fake model (tests/fakes, in a process
+of its own). This process plays N users: each has its own account, token and session, a socket
+bound to it that registers a served blocking client tool (`bench_echo`) and answers every invoke
+at once, and a loop that posts a message (`POST …/message/stream`) and reads the SSE stream to
+`turn_end`, then posts the next. The model's script: a user message → call `bench_echo`; the
+tool's result → a short text. So every turn is two model requests and one client-tool call.
+
+Reported per level (N users, `--seconds` of turns, then the turns in flight finish):
+- turns/s, turn p50/p99 (POST sent → `turn_end` read);
+- client-tool round trip p50/p99: the `client_tool_call` event read → the engine's next model
+  request reaching the fake (the fake stamps it with the shared monotonic clock in its text):
+  invoke over the layer, socket, answer, validation, the result stored, the next step's reads;
+- HTTP errors (any answer but 200), failed turns (no `turn_end`, an `error` event, or no
+  tool answer), sessions left running, and the stored messages counted in the database: every
+  finished turn must hold exactly user 1, assistant 2, tool 1 ("stored once");
+- the server's memory: peak RSS during the level minus the RSS before it, per turn in flight.
+Before the levels: one user, warm, a text-only turn and a turn with one client-tool call
+(medians of `--warm` turns each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.browser.daphne_server import free_port, server_env  # noqa: E402
+
+BENCH_TOOL = {
+    "kind": "blocking",
+    "name": "bench_echo",
+    "description": "Answers with its arguments.",
+    "arguments": {"type": "object", "properties": {"i": {"type": "integer"}}},
+    "result": {"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]},
+    "serve": True,
+}
+STAMP = "stamp="
+APP = "geosense.asgi:application"
+
+
+# --- the scripted model (a process of its own) ------------------------------------------------
+
+
+def fake_main(port_file: str) -> None:
+    from tests.fakes.fake_openai import FakeOpenAI, Response, Text, ToolCalls
+
+    class Scripted(FakeOpenAI):
+        """Answers by the last message: text-only turns, a tool call, or the final text."""
+
+        def next_response(self, body: dict[str, Any], headers: Any = None) -> Response:
+            last = (body.get("messages") or [{}])[-1]
+            if last.get("role") == "tool":
+                return Response(steps=(Text(f"Done. {STAMP}{time.monotonic():.6f}"),))
+            if str(last.get("content", "")).startswith("text"):
+                return Response(steps=(Text(f"Hello. {STAMP}{time.monotonic():.6f}"),))
+            call = (f"call_{uuid.uuid4().hex[:12]}", "bench_echo", {"i": 1})
+            return Response(steps=(ToolCalls((call,), argument_chunks=1),))
+
+    fake = Scripted().start()
+    Path(port_file).write_text(fake.base_url)
+    while True:
+        time.sleep(3600)
+
+
+# --- the users --------------------------------------------------------------------------------
+
+
+@dataclass
+class Level:
+    turns: list[float] = field(default_factory=list)
+    round_trips: list[float] = field(default_factory=list)
+    http_errors: int = 0
+    failed: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def fail(self, why: str) -> None:
+        self.failed += 1
+        self.failures[why] = self.failures.get(why, 0) + 1
+
+
+async def turn_post(port: int, token: str, session: str, text: str, level: Level) -> None:
+    """One turn through the SSE endpoint, timed and checked."""
+    started = time.monotonic()
+    body = json.dumps({"text": text}).encode()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        level.http_errors += 1
+        return
+    try:
+        writer.write(
+            (
+                f"POST /api/sessions/{session}/message/stream HTTP/1.1\r\n"
+                f"Host: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n"
+            ).encode()
+            + body
+        )
+        status_line = await reader.readline()
+        status = int(status_line.split()[1]) if status_line else 0
+        if status != 200:
+            level.http_errors += 1
+            level.fail(f"HTTP {status}")
+            return
+        tool_seen: float | None = None
+        answered = error = False
+        event = ""
+        while line := await reader.readline():
+            line = line.strip()
+            if line.startswith(b"event: "):
+                event = line[7:].decode()
+                if event == "client_tool_call":
+                    tool_seen = time.monotonic()
+                elif event == "error":
+                    error = True
+                elif event == "turn_end":
+                    break
+            elif line.startswith(b"data: ") and event == "text_delta" and STAMP.encode() in line:
+                stamp = float(line.split(STAMP.encode())[1].split(b'"')[0])
+                if tool_seen is not None:
+                    level.round_trips.append(stamp - tool_seen)
+                    answered = True
+        else:
+            level.fail("no turn_end")
+            return
+        if error:
+            level.fail("error event")
+        elif text.startswith("tool") and not answered:
+            level.fail("tool not answered")
+        else:
+            level.turns.append(time.monotonic() - started)
+    except (OSError, ValueError, IndexError) as exc:
+        level.fail(type(exc).__name__)
+    finally:
+        writer.close()
+
+
+async def user_socket(port: int, token: str, session: str, ready: asyncio.Event) -> None:
+    import websockets
+
+    async with websockets.connect(
+        f"ws://127.0.0.1:{port}/ws/chat/",
+        additional_headers={"Authorization": f"Bearer {token}"},
+        open_timeout=120,
+        ping_interval=None,
+    ) as ws:
+        await ws.send(json.dumps({"type": "session-bind", "session": session}))
+        await ws.send(json.dumps({"type": "client-tool-register", "tools": [BENCH_TOOL]}))
+        async for raw in ws:
+            frame = json.loads(raw)
+            if frame["type"] == "client-tool-registered":
+                ready.set()
+            elif frame["type"] == "client-tool-invoke":
+                answer = {
+                    "type": "client-tool-result",
+                    "correlationId": frame["correlationId"],
+                    "result": frame["arguments"],
+                }
+                await ws.send(json.dumps(answer))
+
+
+async def level_run(port: int, users: list[tuple[str, str]], seconds: float) -> tuple[Level, float]:
+    level = Level()
+    readies = [asyncio.Event() for _ in users]
+    sockets = [
+        asyncio.create_task(user_socket(port, token, session, ready))
+        for (token, session), ready in zip(users, readies, strict=True)
+    ]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), timeout=180)
+        started = time.monotonic()
+        stop_at = started + seconds
+
+        async def user(token: str, session: str) -> None:
+            while time.monotonic() < stop_at:
+                await turn_post(port, token, session, "tool please", level)
+
+        await asyncio.wait_for(
+            asyncio.gather(*(user(t, s) for t, s in users)), timeout=seconds + 300
+        )
+        return level, time.monotonic() - started
+    finally:
+        for task in sockets:
+            task.cancel()
+        await asyncio.gather(*sockets, return_exceptions=True)
+
+
+async def warm(port: int, user: tuple[str, str], turns: int) -> dict[str, float]:
+    token, session = user
+    ready = asyncio.Event()
+    socket = asyncio.create_task(user_socket(port, token, session, ready))
+    try:
+        await asyncio.wait_for(ready.wait(), timeout=60)
+        result = {}
+        for kind in ("text", "tool"):
+            level = Level()
+            for _ in range(turns + 5):
+                await turn_post(port, token, session, f"{kind} please", level)
+            assert not level.failed, level.failures
+            result[kind] = statistics.median(level.turns[5:]) * 1000
+        return result
+    finally:
+        socket.cancel()
+        await asyncio.gather(socket, return_exceptions=True)
+
+
+# --- the server and its database ---------------------------------------------------------------
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+async def rss_peak(pid: int, stop: asyncio.Event) -> int:
+    peak = 0
+    while not stop.is_set():
+        peak = max(peak, rss_kib(pid))
+        await asyncio.sleep(0.25)
+    return peak
+
+
+def users_create(tree: Path, env: dict[str, str], count: int) -> list[tuple[str, str]]:
+    code = f"""
+import json
+from django.contrib.auth import get_user_model
+from chat.models import ChatSession
+from geosense.accounts.services import api_token_create
+out = []
+for i in range({count}):
+    user = get_user_model().objects.create_user(f"load{{i}}")
+    out.append((api_token_create(user=user), str(ChatSession.objects.create(user=user).pk)))
+print(json.dumps(out))
+"""
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "--no-imports", "-c", code],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [tuple(pair) for pair in json.loads(result.stdout.strip().splitlines()[-1])]
+
+
+def stored_counts(db: Path, sessions: list[str]) -> dict[str, int]:
+    """Finished turns whose messages are stored exactly once, and those that are not."""
+    ids = [s.replace("-", "") for s in sessions]
+    marks = ",".join("?" * len(ids))
+    with closing(sqlite3.connect(db, timeout=60)) as conn:
+        rows = conn.execute(
+            f"SELECT session_id, turn, role, COUNT(*) FROM chat_message "
+            f"WHERE session_id IN ({marks}) GROUP BY session_id, turn, role",
+            ids,
+        ).fetchall()
+        running = conn.execute(
+            f"SELECT COUNT(*) FROM chat_chatsession WHERE id IN ({marks}) AND turn_state != 'idle'",
+            ids,
+        ).fetchone()[0]
+    turns: dict[tuple[str, int], dict[str, int]] = {}
+    for session, turn, role, count in rows:
+        turns.setdefault((session, turn), {})[role] = count
+    exact = sum(1 for t in turns.values() if t == {"user": 1, "assistant": 2, "tool": 1})
+    return {"turns": len(turns), "exact": exact, "other": len(turns) - exact, "running": running}
+
+
+def pct(samples: list[float], fraction: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))] * 1000
+
+
+async def bench(args: argparse.Namespace, port: int, pid: int, db: Path, users) -> dict:
+    report: dict[str, Any] = {"warm_ms": await warm(port, users[0], args.warm), "levels": []}
+    offset = 1
+    for count in args.users:
+        group = users[offset : offset + count]
+        offset += count
+        baseline = rss_kib(pid)
+        stop = asyncio.Event()
+        peak_task = asyncio.create_task(rss_peak(pid, stop))
+        level, elapsed = await level_run(port, group, args.seconds)
+        stop.set()
+        peak = await peak_task
+        await asyncio.sleep(1)
+        stored = stored_counts(db, [s for _, s in group])
+        row = {
+            "users": count,
+            "turns": len(level.turns),
+            "turns_per_s": len(level.turns) / elapsed,
+            "turn_p50_ms": pct(level.turns, 0.5),
+            "turn_p99_ms": pct(level.turns, 0.99),
+            "tool_p50_ms": pct(level.round_trips, 0.5),
+            "tool_p99_ms": pct(level.round_trips, 0.99),
+            "http_errors": level.http_errors,
+            "failed": level.failed,
+            "failures": level.failures,
+            "stored": stored,
+            "rss_before_mib": baseline / 1024,
+            "kib_per_turn_in_flight": max(0, peak - baseline) / count,
+            "rss_after_mib": rss_kib(pid) / 1024,
+        }
+        print(json.dumps(row), flush=True)
+        report["levels"].append(row)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", default="1,50,200,500")
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--warm", type=int, default=30, help="warm one-user turns of each kind")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout Daphne runs")
+    parser.add_argument("--fake", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.fake:
+        fake_main(args.fake)
+        return
+    args.users = [int(n) for n in args.users.split(",")]
+    tree = args.tree.resolve()
+    with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
+        work = Path(tmp)
+        db = work / "db.sqlite3"
+        port_file = work / "fake-url"
+        fake = subprocess.Popen([sys.executable, __file__, "--fake", str(port_file)], cwd=ROOT)
+        server = None
+        try:
+            env = server_env(db_path=db, extra={"LOG_LEVEL": "ERROR"})
+            subprocess.run(
+                [sys.executable, "manage.py", "migrate", "--noinput"],
+                cwd=tree,
+                env=env,
+                check=True,
+                capture_output=True,
+            )
+            users = users_create(tree, env, 1 + sum(args.users))
+            while not port_file.exists() or not port_file.read_text():
+                time.sleep(0.05)
+            env.update(
+                GEOSENSE_LLM_BASE_URL=port_file.read_text(),
+                GEOSENSE_LLM_MODEL="fake-model",
+                GEOSENSE_CLIENT_TOOL_TIMEOUT="60",
+            )
+            port = free_port()
+            log = (work / "daphne.log").open("wb")
+            server = subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), APP],
+                cwd=tree,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    with closing(socket.create_connection(("127.0.0.1", port))):
+                        break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
+            report = asyncio.run(bench(args, port, server.pid, db, users))
+            tracebacks = (work / "daphne.log").read_text(errors="replace").count("Traceback")
+            report["tree"] = str(tree)
+            report["tracebacks_in_log"] = tracebacks
+            print(json.dumps(report))
+        finally:
+            if server is not None:
+                server.terminate()
+                server.wait()
+            fake.terminate()
+            fake.wait()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
