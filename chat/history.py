@@ -261,16 +261,3 @@ def _window(gather: _Gather, *, left_out: bool) -> HistoryWindow:
     return HistoryWindow(
         messages=[entry for turn in reversed(gather.turns) for entry in turn], left_out=left_out
     )
-
-
-def history_without_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The same history for a model that takes no images: each user message's text part alone
-    (it already describes its pictures), exactly what `history_window(images=False)` gives."""
-    out = []
-    for message in messages:
-        content = message.get("content")
-        if message.get("role") == "user" and isinstance(content, list):
-            text = "".join(p.get("text", "") for p in content if p.get("type") == "text")
-            message = {**message, "content": text}
-        out.append(message)
-    return out

@@ -9,6 +9,11 @@ urlpatterns = [
     path("chat/<uuid:session_id>/turns/<int:turn>/", pages.turn_partial, name="chat-turn"),
     path("chat/<uuid:session_id>/preview/", pages.message_preview, name="chat-message-preview"),
     path(
+        "chat/<uuid:session_id>/pictures/<str:artifact_id>/",
+        pages.shared_picture,
+        name="chat-picture",
+    ),
+    path(
         "chat/<uuid:session_id>/messages/<int:message_id>/",
         pages.message_partial,
         name="chat-message",

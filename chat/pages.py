@@ -51,6 +51,8 @@ class ShownMessage:
     decision: dict[str, Any] | None
     # The stream of this text broke off (a crash, the model failed, the turn was stopped).
     cut_off: bool = False
+    # A user message's contexts (chips; a picture with its thumbnail).
+    shared: tuple[selectors.SharedContext, ...] = ()
 
 
 class _DataClasses(Collection[str]):
@@ -113,6 +115,10 @@ def transcript_shown(*, session: ChatSession) -> list[ShownMessage]:
         ((m.pk, m.role, m.content) for m in messages if m.role in SHOWN_ROLES),
         artifacts=artifacts,
     )
+    shared = selectors.shared_contexts(
+        session_id=session.pk,
+        message_ids=[m.pk for m in messages if m.role == Message.Role.USER],
+    )
     shown = []
     for message in messages:
         if message.role not in SHOWN_ROLES:
@@ -155,6 +161,7 @@ def transcript_shown(*, session: ChatSession) -> list[ShownMessage]:
                 approval=approval,
                 decision=decision,
                 cut_off=message.cut_off,
+                shared=tuple(shared.get(message.pk, ())),
             )
         )
     return shown
@@ -239,6 +246,21 @@ def message_partial(request: HttpRequest, session_id: UUID, message_id: int) -> 
             _with_state(response, request=request, session=session)
             return response
     raise Http404("no such message")
+
+
+@require_GET
+@login_required
+def shared_picture(request: HttpRequest, session_id: UUID, artifact_id: str) -> HttpResponse:
+    """A picture of the map the user shared, for its thumbnail in the transcript (an artifact
+    never changes, so the browser may keep it)."""
+    session = _owned(request, session_id)
+    picture = selectors.picture_of_session(session_id=session.pk, artifact_id=artifact_id)
+    if picture is None:
+        raise Http404("no such picture")
+    data, media_type = picture
+    response = HttpResponse(data, content_type=media_type)
+    response["Cache-Control"] = "private, max-age=86400, immutable"
+    return response
 
 
 @require_POST

@@ -1,16 +1,22 @@
 """Reads of the chat core: what the API shows, what the model is fed, what the engine needs."""
 
+import base64
+import binascii
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db.models import Prefetch
+from django.db.models.fields.json import KT
+from django.urls import reverse
 
 from geosense.wire import ApprovalData, DecisionData, MessageData
 from tools.client import ClientTool, ClientToolset
 from tools.registry import backend_tool
 
 from .agents.base import AttachedContext, UserRequest
+from .history import image_data_url
 from .models import (
     Approval,
     Artifact,
@@ -145,6 +151,80 @@ def artifacts_map(
 
 def artifact_of_session(*, session_id: object, artifact_id: str) -> Artifact | None:
     return Artifact.objects.filter(session_id=session_id, artifact_id=artifact_id).first()
+
+
+SHARED_LABELS = {
+    "visibility": "Visible classes",
+    "position": "Map position",
+    "image": "Picture of the map",
+    "selection": "Selected annotations",
+}
+THUMBNAIL_WIDTH = 96  # a picture's thumbnail fits this box (px)
+THUMBNAIL_HEIGHT = 72
+
+
+@dataclass(frozen=True)
+class SharedContext:
+    """A context the user's message carried, as the transcript shows it: a label and, for a
+    picture of the map, the thumbnail's URL and size."""
+
+    type: str
+    artifact_id: str
+    label: str
+    picture_url: str = ""
+    width: int = 0
+    height: int = 0
+
+
+def shared_contexts(
+    *, session_id: object, message_ids: Iterable[int]
+) -> dict[int, list[SharedContext]]:
+    """message id → what it shared, in order; a picture's PNG is not read (only its size)."""
+    found: dict[int, list[SharedContext]] = {}
+    rows = (
+        Artifact.objects.filter(session_id=session_id, message_id__in=list(message_ids))
+        .annotate(width=KT("data__width"), height=KT("data__height"))
+        .order_by("id")
+        .values_list("message_id", "artifact_id", "kind", "width", "height")
+    )
+    for message_id, artifact_id, kind, width, height in rows:
+        shared = SharedContext(
+            type=kind, artifact_id=artifact_id, label=SHARED_LABELS.get(kind, kind.capitalize())
+        )
+        if kind == "image":
+            try:
+                w, h = max(1, int(width)), max(1, int(height))
+            except (TypeError, ValueError):
+                w, h = 4, 3
+            shared = replace(
+                shared,
+                picture_url=reverse(
+                    "chat-picture", kwargs={"session_id": session_id, "artifact_id": artifact_id}
+                ),
+                width=max(1, round(w * min(THUMBNAIL_WIDTH / w, THUMBNAIL_HEIGHT / h))),
+                height=max(1, round(h * min(THUMBNAIL_WIDTH / w, THUMBNAIL_HEIGHT / h))),
+            )
+        found.setdefault(message_id, []).append(shared)
+    return found
+
+
+def picture_of_session(*, session_id: object, artifact_id: str) -> tuple[bytes, str] | None:
+    """A picture context's bytes and media type (PNG, JPEG or WebP only), or None."""
+    row = (
+        Artifact.objects.filter(session_id=session_id, artifact_id=artifact_id, kind="image")
+        .annotate(png=KT("data__png"))
+        .values_list("png", flat=True)
+        .first()
+    )
+    url = image_data_url(row)
+    if url is None:
+        return None
+    head, _, payload = url.partition(",")
+    try:
+        data = base64.b64decode(payload, validate=True)
+    except binascii.Error:
+        return None
+    return data, head.removeprefix("data:").removesuffix(";base64")
 
 
 def calls_without_result(*, message: Message) -> list[dict[str, Any]]:

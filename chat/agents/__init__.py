@@ -43,6 +43,7 @@ def agent_configured() -> Agent:
                 max_tokens=settings.GEOSENSE_LLM_MAX_TOKENS,
                 timeout=settings.GEOSENSE_LLM_TIMEOUT,
                 tool_choice=settings.GEOSENSE_LLM_TOOL_CHOICE,
+                vision=settings.GEOSENSE_LLM_VISION,
             )
         )
     from .local import LocalAgent

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,12 @@ logger = logging.getLogger(__name__)
 
 MAX_RETRIES = 2  # connection failures and 5xx before the answer starts
 TOOL_CHOICE_MODES = ("auto", "none", "required")
+# A refusal that names image input: OpenAI's "image_url is only supported by certain models",
+# vLLM's "is not a multimodal model", llama.cpp's "image input is not supported … mmproj".
+IMAGES_REFUSED_RE = re.compile(r"image|multimodal|vision|mmproj", re.IGNORECASE)
+# (base URL, model) of the configurations whose server refused an image, for this process: their
+# requests carry pictures as words from then on.
+_images_refused: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class ProviderConfig:
     max_tokens: int | None = None
     timeout: float = 60.0
     tool_choice: str | None = None
+    vision: bool = True  # send pictures as image parts (GEOSENSE_LLM_VISION)
 
 
 def chat_request(
@@ -97,11 +106,9 @@ class OpenAIAgent:
         contexts follow their message's text), so `context` is not used here."""
         parser = ChunkParser()
         done = False
-        body = chat_request(self.config, history=history, tools=tools)
         try:
-            async with self.client.chat.completions.with_streaming_response.create(
-                **body
-            ) as response:
+            async with AsyncExitStack() as stack:
+                response = await self._open(stack, history=history, tools=tools)
                 async for event in _events(response.iter_lines()):
                     if isinstance(event, SseError):
                         raise AgentError(server_error_message(event.error))
@@ -127,6 +134,71 @@ class OpenAIAgent:
                 yield item
         if parser.finish_reason not in (None, "stop", "tool_calls", "function_call"):
             logger.warning("the model's answer ended with finish_reason=%s", parser.finish_reason)
+
+    @property
+    def accepts_images(self) -> bool:
+        """Whether the history may carry pictures as image parts: GEOSENSE_LLM_VISION, unless
+        this configuration's server refused an image before."""
+        return self.config.vision and self._key not in _images_refused
+
+    @property
+    def _key(self) -> tuple[str, str]:
+        return (self.config.base_url, self.config.model)
+
+    async def _open(
+        self,
+        stack: AsyncExitStack,
+        *,
+        history: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+    ) -> Any:
+        """The streamed response; a server that refuses the pictures (HTTP 400 naming image
+        input) is asked once more with them in words, and is not sent pictures again."""
+        body = chat_request(self.config, history=history, tools=tools)
+        try:
+            return await stack.enter_async_context(
+                self.client.chat.completions.with_streaming_response.create(**body)
+            )
+        except openai.APIStatusError as exc:
+            if not (
+                exc.status_code in (400, 422)
+                and has_images(history)
+                and IMAGES_REFUSED_RE.search(_status_message(exc))
+            ):
+                raise
+            _images_refused.add(self._key)
+            logger.warning(
+                "%s refused an image (%s); pictures go to %s as words from now on",
+                self.config.base_url,
+                _status_message(exc),
+                self.config.model or "default",
+            )
+        body = chat_request(self.config, history=history_without_images(history), tools=tools)
+        return await stack.enter_async_context(
+            self.client.chat.completions.with_streaming_response.create(**body)
+        )
+
+
+def has_images(history: list[dict[str, Any]]) -> bool:
+    return any(
+        isinstance(m.get("content"), list)
+        and any(p.get("type") == "image_url" for p in m["content"])
+        for m in history
+    )
+
+
+def history_without_images(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same history for a model that takes no images: each message's text parts alone
+    (chat/history.py describes every picture in the text, so this is exactly the history it
+    builds without images)."""
+    out = []
+    for message in history:
+        content = message.get("content")
+        if isinstance(content, list):
+            text = "".join(p.get("text", "") for p in content if p.get("type") == "text")
+            message = {**message, "content": text}
+        out.append(message)
+    return out
 
 
 async def _events(lines: AsyncIterator[str]) -> AsyncIterator[Any]:

@@ -7,11 +7,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from chat import history
+from chat.agents.openai import history_without_images
 from chat.history import (
     LEFT_OUT_NOTE,
     TOOL_RESULT_CHARS,
     history_window,
-    history_without_images,
     tokens_estimate,
 )
 from chat.models import Artifact, Message
