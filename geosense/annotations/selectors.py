@@ -471,3 +471,24 @@ def annotations_similar_by_hint(
         return SimilarSearch(category=category, hits=annotations_typical(category=category, k=k))
     hits = annotations_similar(samples=samples, category=category, k=k)
     return SimilarSearch(category=hits[0].category if hits else category, hits=hits)
+
+
+def annotation_boxes(*, ids: Sequence[int]) -> list[tuple[int, str, float, float, float, float]]:
+    """(id, class, min_lon, min_lat, max_lon, max_lat) of the live annotations among `ids`, by
+    id: where the map fits a highlight or a focus and ends its link lines. A dense id set (a
+    query's answer usually is) is read as one id range, a sparse one in chunks."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return []
+    fields = ("id", "category", "min_lon", "min_lat", "max_lon", "max_lat")
+    if wanted[-1] - wanted[0] < 4 * len(wanted) + ID_CHUNK:
+        keep = set(wanted)
+        rows = Annotation.objects.filter(id__gte=wanted[0], id__lte=wanted[-1]).order_by("id")
+        return [row for row in rows.values_list(*fields) if row[0] in keep]
+    return [
+        row
+        for start in range(0, len(wanted), ID_CHUNK)
+        for row in Annotation.objects.filter(id__in=wanted[start : start + ID_CHUNK])
+        .order_by("id")
+        .values_list(*fields)
+    ]

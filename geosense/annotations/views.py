@@ -1,14 +1,15 @@
 """The annotations JSON API and the map's vector tiles: a thin layer over the selectors and
 the tile backend (`tiles.py`)."""
 
+import json
 import math
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
-from .selectors import annotations_geojson
+from .selectors import annotation_boxes, annotations_geojson
 from .tiles import TileOutOfRange, tile_backend, tile_check
 from .types import BBox
 
@@ -110,3 +111,36 @@ async def annotation_tileset(request: HttpRequest) -> HttpResponse:
 def _etags(header: str) -> set[str]:
     """The entity tags of an If-None-Match header (weak ones as their strong form)."""
     return {tag.strip().removeprefix("W/") for tag in header.split(",") if tag.strip()}
+
+
+BOXES_MAX_IDS = 100_000
+
+
+def _ids_parse(raw: bytes) -> list[int]:
+    """The `ids` of a `{"ids": [int, …]}` body, or ValueError saying what is wrong."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise ValueError("the body must be a JSON object {\"ids\": [int, …]}") from None
+    ids = data.get("ids") if isinstance(data, dict) else None
+    if not isinstance(ids, list):
+        raise ValueError("the body must be a JSON object {\"ids\": [int, …]}")
+    if len(ids) > BOXES_MAX_IDS:
+        raise ValueError(f"at most {BOXES_MAX_IDS} ids per request")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 < i < 2**63 for i in ids):
+        raise ValueError("ids must be positive integers")
+    return ids
+
+
+@require_POST
+def annotation_boxes_api(request: HttpRequest) -> JsonResponse:
+    """POST /api/annotations/boxes {"ids": [...]}: `{"boxes": [[id, class, w, s, e, n], …]}` of
+    the live ones (deleted and unknown ids are left out): where the map fits a highlight or a
+    focus and ends its link lines, for up to 100,000 ids (a GET URL could not hold them)."""
+    if not request.user.is_authenticated:
+        return JsonResponse({"error": "authentication required"}, status=401)
+    try:
+        ids = _ids_parse(request.body)
+    except ValueError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    return JsonResponse({"boxes": annotation_boxes(ids=ids)})

@@ -1,672 +1,262 @@
-// The annotation map: draws the annotations of /api/annotations on a Leaflet map, one style
-// per class, and is the page's one source of map state (view, visible classes, highlight,
-// selection) for the chat, the client tools and the question contexts.
-// Shapes go through Leaflet's SVG renderer, so each one is a DOM element carrying
-// data-annotation-id and data-annotation-class; every state change is written as an SVG
-// attribute too (not only CSS), so the image context serialises what the user sees.
+// The annotation map: MapLibre GL (WebGL) fed by the app's vector tiles
+// (/tiles/annotations/{z}/{x}/{y}.mvt), one colour per class, and the page's one source of map
+// state (view, visible classes, highlight, selection) for the chat, the client tools and the
+// question contexts. This module puts the parts together; each part has a module of its own:
+// map-style (colours, layers), map-legend, map-highlight (+ map-highlight-plan), map-selection,
+// map-popup, map-contexts, map-view (view maths) and map-data (what it asks the server).
+// The worker is vendored next to MapLibre and started from the same origin (docs/security.md).
 // Text from the data (class names, attributes) only ever goes into the page as textContent.
 
-import { FORMATTERS, formatArea, formatLength, formatLinkValue, formatPosition } from './format.js';
-import { MAP_CONTEXT_TYPES as CONTEXT_TYPES } from './wire.js';
+import * as maplibregl from '../vendor/maplibre-gl/maplibre-gl.mjs';
+import { createMapData } from './map-data.js';
+import { mapContexts, mapImage } from './map-contexts.js';
+import { createHighlight } from './map-highlight.js';
+import { integers } from './map-highlight-plan.js';
+import { countsOf, legendBox, legendModel, renderLegend } from './map-legend.js';
+import { describeFeature, popupContent } from './map-popup.js';
+import { createSelection } from './map-selection.js';
+import {
+  ANNOTATIONS, FEATURE_LAYERS, HIGHLIGHT_LAYERS, annotationLayers, classColors, idFilter, layerFilter,
+  mapStyle, visibleClassFilter,
+} from './map-style.js';
+import { boundsOf, viewOf } from './map-view.js';
 
-const KNOWN_CLASS_COLORS = Object.freeze({
-  tree: '#2e8b57',
-  house: '#c0504d',
-  building: '#a0522d',
-  pool: '#1f77b4',
-  road: '#555555',
-  path: '#8c6d31',
-  car: '#9467bd',
-  field: '#bcbd22',
-  water: '#17becf',
-});
-const PALETTE = [
-  '#e377c2', '#ff7f0e', '#7f7f7f', '#393b79', '#637939', '#8c564b', '#d62728', '#3182bd',
-  '#e6550d', '#31a354', '#756bb1', '#636363',
-];
-const FALLBACK_VIEW = { center: [0, 0], zoom: 2 };
-const HIGHLIGHT_COLOR = '#ffb000';
-const LINK_COLOR = '#111827';
-const SELECTED_COLOR = '#d6006f';
 const FOCUS_MS = 1600;
-const FIT_OPTIONS = Object.freeze({ padding: [32, 32], maxZoom: 19 });
-const IMAGE_MAX_WIDTH = 800;
-const IMAGE_BACKGROUND = '#eef0ec';
-const SVG_NS = 'http://www.w3.org/2000/svg';
+const FOCUS_MAX_IDS = 500;
+const FIT = Object.freeze({ padding: 32, maxZoom: 18, duration: 0 });
+const FALLBACK_VIEW = Object.freeze({ center: [0, 0], zoom: 1 });
+const FEATURE = (id) => ({ source: ANNOTATIONS, sourceLayer: ANNOTATIONS, id });
 
-/**
- * A colour for every class in `classes`, distinct as long as the palette lasts: known classes
- * keep their colour, the others take unused palette colours in sorted order.
- *
- * @param {string[]} classes
- * @returns {Map<string, string>}
- */
-export function classColors(classes) {
-  const colors = new Map();
-  const used = new Set();
-  const sorted = [...new Set(classes)].sort();
-  for (const name of sorted) {
-    if (KNOWN_CLASS_COLORS[name]) {
-      colors.set(name, KNOWN_CLASS_COLORS[name]);
-      used.add(KNOWN_CLASS_COLORS[name]);
-    }
-  }
-  const free = PALETTE.filter((color) => !used.has(color));
-  let next = 0;
-  for (const name of sorted) {
-    if (!colors.has(name)) {
-      colors.set(name, free.length ? free[next % free.length] : PALETTE[next % PALETTE.length]);
-      next += 1;
-    }
-  }
-  return colors;
-}
-
-/**
- * A short human description of a feature: "pool 25 · 48 m²" or "road 3 · 120 m".
- *
- * @param {{id: number|string, properties?: {class?: string, area_m2?: number, length_m?: number}}} feature
- * @returns {string}
- */
-export function describeFeature(feature) {
-  const props = feature.properties || {};
-  const parts = [`${props.class ?? 'annotation'} ${feature.id}`];
-  if (props.area_m2) parts.push(formatArea(props.area_m2));
-  else if (props.length_m) parts.push(formatLength(props.length_m));
-  return parts.join(' · ');
-}
-
-function baseStyle(color, geometryType) {
-  if (geometryType.includes('LineString')) {
-    return { color, weight: 3, opacity: 0.9, fill: false, dashArray: null };
-  }
-  if (geometryType.includes('Point')) {
-    return { color: '#ffffff', weight: 1, opacity: 1, fillColor: color, fillOpacity: 0.95, radius: 5, dashArray: null };
-  }
-  return { color, weight: 1.5, opacity: 0.9, fillColor: color, fillOpacity: 0.35, dashArray: null };
-}
-
-function elementsOf(layer) {
-  if (typeof layer.eachLayer === 'function') {
-    const elements = [];
-    layer.eachLayer((child) => elements.push(...elementsOf(child)));
-    return elements;
-  }
-  const element = typeof layer.getElement === 'function' ? layer.getElement() : null;
-  return element ? [element] : [];
-}
-
-function centreOf(layer) {
-  return typeof layer.getLatLng === 'function' ? layer.getLatLng() : layer.getBounds().getCenter();
-}
-
-function integers(values) {
-  return Array.isArray(values) ? values.filter((value) => Number.isInteger(value)) : [];
-}
-
-function node(tag, { className, text, testid } = {}) {
-  const element = document.createElement(tag);
-  if (className) element.className = className;
-  if (text !== undefined) element.textContent = text;
-  if (testid) element.setAttribute('data-testid', testid);
+/** A control of MapLibre's corners holding `element`. */
+function slot(map, element, position) {
+  map.addControl({ onAdd: () => element, onRemove: () => element.remove() }, position);
   return element;
 }
 
-function button(text, testid, onClick) {
-  const element = node('button', { text, testid });
-  element.type = 'button';
-  element.addEventListener('click', onClick);
+function box(document, className) {
+  const element = document.createElement('div');
+  element.className = className;
   return element;
 }
 
-const round = (value, digits) => Number(value.toFixed(digits));
-const clamp = (value, low, high) => Math.min(high, Math.max(low, value));
-
-/**
- * Highlight attribute hints as text, per feature and for the whole set: a hinted key whose value
- * is a list aligned with `ids` (index by index) belongs to each feature, any other value to the
- * set. A `position` pair list counts as aligned only when its items are themselves positions.
- *
- * @returns {{perFeature: Map<number, [string, string][]>, overall: [string, string][]}}
- */
-export function hintTexts(data) {
-  const ids = Array.isArray(data.ids) ? data.ids : [];
-  const perFeature = new Map();
-  const overall = [];
-  const hints = data.attributeHints && typeof data.attributeHints === 'object' ? data.attributeHints : {};
-  for (const [key, type] of Object.entries(hints)) {
-    if (!(key in data)) continue;
-    const format = FORMATTERS[type] ?? ((value) => String(value));
-    const value = data[key];
-    const aligned = Array.isArray(value) && value.length === ids.length
-      && (type !== 'position' || value.every((item) => item && typeof item === 'object'));
-    if (!aligned) {
-      overall.push([key, format(value)]);
-      continue;
-    }
-    ids.forEach((id, i) => {
-      if (!Number.isInteger(id)) return;
-      if (!perFeature.has(id)) perFeature.set(id, []);
-      perFeature.get(id).push([key, format(value[i])]);
-    });
-  }
-  return { perFeature, overall };
+/** The first rendered feature under `point` among the clickable layers, or null. */
+function featureAt(map, point) {
+  const [feature] = map.queryRenderedFeatures(point, { layers: FEATURE_LAYERS });
+  return feature && Number.isSafeInteger(feature.properties?.id) ? feature : null;
 }
 
-/**
- * Mounts the map in `element` and starts loading the annotations. Returns at once with the map
- * object the page keeps as `window.geosenseMap`. `ready` is a promise until the annotations are
- * drawn (or the load failed: `error` then says why) and `true` afterwards, so `await map.ready`
- * works at any time; `loaded` is the promise.
- *
- * @param {HTMLElement} element with data-annotations-url and optional data-tile-url
- * @param {{L?: object, fetch?: typeof fetch}} [options]
- */
-export function createAnnotationMap(element, { L = globalThis.L, fetch = globalThis.fetch } = {}) {
-  const renderer = L.svg({ padding: 0.5 });
-  const map = L.map(element, { preferCanvas: false, renderer, zoomSnap: 0.25 });
-  const tileUrl = element.dataset.tileUrl;
-  if (tileUrl) {
-    L.tileLayer(tileUrl, { maxZoom: 22, attribution: '' }).addTo(map);
-  }
-  map.setView(FALLBACK_VIEW.center, FALLBACK_VIEW.zoom);
+/** The classes' visibility, the id overlays, and the layer filters that follow from both. */
+function createFilters(map, onChange) {
+  const hidden = new Set();
+  const overlays = new Map([['highlighted', false], ['linkTargets', false]]);
+  let counts = new Map();
+  let layers = [];
 
-  const features = new Map(); // id → {layer, feature, name, base}
-  const classes = new Map(); // class → {count, color, visible, checkbox}
-  const highlighted = new Set();
-  const linkTargets = new Set();
-  const selected = new Set();
-  const focused = new Set();
-  let hints = new Map();
-  let linkLayer = null;
-  let linkLabels = [];
-  let highlightBar = null;
-  let selection = null;
-  let focusTimer = null;
-  let done = false;
-
-  function tag(id) {
-    const entry = features.get(id);
-    const hidden = !classes.get(entry.name).visible;
-    for (const svg of elementsOf(entry.layer)) {
-      svg.setAttribute('data-annotation-id', id);
-      svg.setAttribute('data-annotation-class', entry.name);
-      svg.setAttribute('data-highlighted', String(highlighted.has(id)));
-      svg.toggleAttribute('data-link-target', linkTargets.has(id));
-      svg.toggleAttribute('data-selected', selected.has(id));
-      svg.toggleAttribute('data-focused', focused.has(id));
-      svg.style.display = hidden ? 'none' : '';
-      svg.setAttribute('aria-hidden', String(hidden));
+  function apply() {
+    const classes = visibleClassFilter(hidden);
+    for (const layer of layers) {
+      if (layer.source !== ANNOTATIONS) continue;
+      map.setFilter(layer.id, layerFilter(layer, { classes, ids: overlays.get(layer.overlay) ?? false }));
     }
   }
+  return {
+    hidden,
+    counts: () => counts,
+    setData(nextCounts, colors) {
+      counts = nextCounts;
+      layers = annotationLayers(colors);
+      for (const layer of layers) {
+        for (const [key, value] of Object.entries(layer.paint ?? {})) map.setPaintProperty(layer.id, key, value);
+      }
+      apply();
+    },
+    setOverlay(name, ids) {
+      overlays.set(name, idFilter(ids));
+      apply();
+    },
+    setVisible(name, visible) {
+      if (!counts.has(name) || hidden.has(name) === !visible) return false;
+      if (visible) hidden.delete(name);
+      else hidden.add(name);
+      apply();
+      onChange();
+      return true;
+    },
+    visible: () => [...counts.keys()].filter((name) => !hidden.has(name)).sort(),
+  };
+}
 
-  /** Restyle one feature from its state; selection wins over highlight over link target. */
-  function restyle(id) {
-    const entry = features.get(id);
-    if (!entry) return;
-    const style = { ...entry.base };
-    const isPoint = entry.feature.geometry.type.includes('Point');
-    if (linkTargets.has(id)) Object.assign(style, { color: LINK_COLOR, weight: 2, dashArray: '4 3', opacity: 1 });
-    if (highlighted.has(id)) {
-      Object.assign(style, isPoint
-        ? { color: HIGHLIGHT_COLOR, weight: 3, radius: 7, opacity: 1 }
-        : { color: HIGHLIGHT_COLOR, weight: 3.5, opacity: 1, dashArray: null });
-    }
-    if (focused.has(id)) Object.assign(style, { color: '#0b5fff', weight: 4, opacity: 1 });
-    if (selected.has(id)) {
-      Object.assign(style, { color: SELECTED_COLOR, weight: 4, opacity: 1, dashArray: null });
-      if (!isPoint && entry.feature.geometry.type.includes('Polygon')) style.fillOpacity = 0.55;
-    }
-    entry.layer.setStyle(style);
-    if (highlighted.has(id) || selected.has(id) || focused.has(id)) entry.layer.bringToFront();
-    tag(id);
-  }
-
-  function popupContent(id) {
-    const { feature, name, layer } = features.get(id);
-    const props = feature.properties || {};
-    const box = node('div', { className: 'gs-popup', testid: 'annotation-popup' });
-    box.appendChild(node('strong', { text: `${name || 'annotation'} ${id}` }));
-    const list = node('dl');
-    const rows = [['id', String(id)], ['class', name || '—']];
-    const type = feature.geometry.type;
-    if (type.includes('Polygon')) {
-      rows.push(['area', formatArea(props.area_m2)], ['perimeter', formatLength(props.length_m)]);
-    } else if (type.includes('LineString')) {
-      rows.push(['length', formatLength(props.length_m)]);
-    } else {
-      const { lat, lng } = centreOf(layer);
-      rows.push(['position', formatPosition({ lat, lon: lng })]);
-    }
-    for (const [key, text] of hints.get(id) ?? []) rows.push([key, text]);
-    for (const [key, value] of rows) {
-      const row = node('div', { className: 'gs-popup-row' });
-      row.setAttribute('data-measure', key);
-      row.append(node('dt', { text: key }), node('dd', { text: value }));
-      list.appendChild(row);
-    }
-    box.appendChild(list);
-    return box;
-  }
-
-  function onFeatureClick(id, event) {
-    if (selection) {
-      L.DomEvent.stop(event);
-      selection.toggle(id);
+/** Popups of clicked annotations, the count points' zoom-in, hover text and cursor. */
+function wireClicks(map, { selection, hintsFor, element }) {
+  let popup = null;
+  map.on('click', (event) => {
+    const feature = featureAt(map, event.point);
+    if (!feature) {
+      const [count] = map.queryRenderedFeatures(event.point, { layers: ['ann-counts'] });
+      if (count) map.easeTo({ center: event.lngLat, zoom: map.getZoom() + 2 });
       return;
     }
-    L.popup({ className: 'gs-annotation-popup' })
-      .setLatLng(event.latlng ?? centreOf(features.get(id).layer))
-      .setContent(() => popupContent(id))
-      .openOn(map);
-  }
+    const id = feature.properties.id;
+    if (selection.click(id, feature.properties.class)) return;
+    const type = feature.geometry.type;
+    const lngLat = type === 'Point' ? { lng: feature.geometry.coordinates[0], lat: feature.geometry.coordinates[1] } : event.lngLat;
+    popup?.remove();
+    popup = new maplibregl.Popup({ className: 'gs-annotation-popup', maxWidth: '18rem' })
+      .setLngLat(lngLat)
+      .setDOMContent(popupContent(element.ownerDocument, { id, type, properties: feature.properties, lngLat }, hintsFor(id)))
+      .addTo(map);
+  });
+  map.on('mousemove', (event) => {
+    const feature = featureAt(map, event.point);
+    const canvas = map.getCanvas();
+    canvas.style.cursor = feature ? (element.hasAttribute('data-selecting') ? 'crosshair' : 'pointer') : '';
+    canvas.title = feature ? describeFeature({ id: feature.properties.id, properties: feature.properties }) : '';
+  });
+  return { closePopup: () => popup?.remove() };
+}
 
-  function setClassVisible(name, visible) {
-    const entry = classes.get(name);
-    if (!entry || entry.visible === Boolean(visible)) return;
-    entry.visible = Boolean(visible);
-    if (entry.checkbox) entry.checkbox.checked = entry.visible;
-    for (const [id, feature] of features) if (feature.name === name) tag(id);
-    if (!entry.visible) map.closePopup();
-    element.dispatchEvent(new CustomEvent('geosense:map-classes', { detail: visibleClasses() }));
-  }
+/** Resolves once the map has drawn everything it is loading (at once when it already has). */
+function idle(map) {
+  if (map.loaded() && !map.isMoving() && map.areTilesLoaded()) return Promise.resolve();
+  return new Promise((resolve) => map.once('idle', resolve));
+}
 
-  function visibleClasses() {
-    return [...classes].filter(([, entry]) => entry.visible).map(([name]) => name).sort();
+/** The MapLibre map in `element`, its style built from the tile JSON, loaded. */
+async function createGlMap(element, data, fetch) {
+  const json = await data.tileJson();
+  const counts = countsOf(json.counts);
+  const colors = classColors(counts.keys());
+  let base = null;
+  if (!element.dataset.tileUrl && element.dataset.baseTilesUrl) {
+    const response = await fetch(element.dataset.baseTilesUrl, { credentials: 'same-origin' }).catch(() => null);
+    if (response?.ok) base = await response.json();
   }
+  const bounds = Array.isArray(json.bounds) && json.bounds.length === 4 && json.total ? json.bounds : null;
+  const map = new maplibregl.Map({
+    container: element,
+    style: mapStyle(json, colors, { rasterUrl: element.dataset.tileUrl || '', base }),
+    ...(bounds ? { bounds, fitBoundsOptions: { padding: 24 } } : FALLBACK_VIEW),
+    maxZoom: 21,
+    attributionControl: false,
+    dragRotate: false,
+    pitchWithRotate: false,
+    touchPitch: false,
+    fadeDuration: 0,
+  });
+  map.touchZoomRotate.disableRotation();
+  map.keyboard.disableRotation();
+  await new Promise((resolve, reject) => {
+    map.once('load', resolve);
+    map.once('error', (event) => reject(event.error ?? new Error('the map failed to load')));
+  });
+  // The panel may have been laid out after the map was created: fit to the data in its size now.
+  map.resize();
+  if (bounds) map.fitBounds(bounds, { padding: 24, duration: 0 });
+  return { map, json, counts, colors };
+}
 
-  function showClassesOf(ids) {
-    for (const id of ids) setClassVisible(features.get(id).name, true);
-  }
+const RENDERED = Object.freeze({
+  features: [FEATURE_LAYERS, 'id'],
+  highlighted: [HIGHLIGHT_LAYERS, 'id'],
+  linkTargets: [['ann-link-target'], 'id'],
+  links: [['highlight-links'], 'index'],
+});
 
-  function legendControl() {
-    const legend = L.control({ position: 'bottomright' });
-    legend.onAdd = () => {
-      const box = L.DomUtil.create('div', 'map-legend');
-      box.setAttribute('role', 'group');
-      box.setAttribute('aria-label', 'Classes on the map');
-      L.DomEvent.disableClickPropagation(box);
-      L.DomEvent.disableScrollPropagation(box);
-      for (const [name, entry] of [...classes].sort((a, b) => a[0].localeCompare(b[0]))) {
-        const row = L.DomUtil.create('label', 'map-legend-row', box);
-        const checkbox = L.DomUtil.create('input', 'map-legend-toggle', row);
-        checkbox.type = 'checkbox';
-        checkbox.checked = entry.visible;
-        checkbox.setAttribute('data-class', name);
-        checkbox.addEventListener('change', () => setClassVisible(name, checkbox.checked));
-        entry.checkbox = checkbox;
-        const swatch = L.DomUtil.create('span', 'map-legend-swatch', row);
-        swatch.style.background = entry.color;
-        const label = L.DomUtil.create('span', 'map-legend-label', row);
-        label.textContent = `${name} (${entry.count})`;
-      }
-      return box;
-    };
-    return legend;
+/**
+ * What is drawn on screen now, sorted: ids of the annotation shapes (`features`), of the
+ * highlight (`highlighted`) or link-target (`linkTargets`) overlays, or the indexes of the
+ * link lines (`links`). What tests and benches read instead of a DOM of shapes.
+ */
+function renderedIds(map, which = 'features') {
+  const [layers, key] = RENDERED[which] ?? RENDERED.features;
+  const ids = new Set();
+  for (const feature of map.queryRenderedFeatures({ layers })) {
+    if (Number.isSafeInteger(feature.properties?.[key])) ids.add(feature.properties[key]);
   }
+  return [...ids].sort((a, b) => a - b);
+}
 
-  function draw(collection) {
-    const list = collection.features || [];
-    const colors = classColors(list.map((f) => f.properties?.class ?? ''));
-    const layer = L.geoJSON(collection, {
-      renderer,
-      style: (feature) => baseStyle(colors.get(feature.properties?.class ?? ''), feature.geometry.type),
-      pointToLayer: (feature, latlng) =>
-        L.circleMarker(latlng, { renderer, ...baseStyle(colors.get(feature.properties?.class ?? ''), 'Point') }),
-      onEachFeature: (feature, featureLayer) => {
-        const id = Number(feature.id);
-        const name = String(feature.properties?.class ?? '');
-        const base = baseStyle(colors.get(name), feature.geometry.type);
-        features.set(id, { layer: featureLayer, feature, name, base });
-        if (!classes.has(name)) classes.set(name, { count: 0, color: colors.get(name), visible: true, checkbox: null });
-        classes.get(name).count += 1;
-        featureLayer.bindTooltip(() => node('span', { text: describeFeature(feature) }), { sticky: true });
-        featureLayer.on('click', (event) => onFeatureClick(id, event));
-        featureLayer.on('add', () => tag(id));
-      },
-    }).addTo(map);
-    for (const id of features.keys()) tag(id);
-    legendControl().addTo(map);
-    return layer;
+/** Where annotation `id` is drawn, in container pixels (a point a click hits), or null. */
+function screenPoint(map, id) {
+  const [feature] = map.queryRenderedFeatures({ layers: FEATURE_LAYERS, filter: ['==', ['get', 'id'], id] });
+  if (!feature) return null;
+  const { type, coordinates } = feature.geometry;
+  let at;
+  if (type === 'Point') at = coordinates;
+  else if (type === 'LineString') at = coordinates[Math.floor(coordinates.length / 2)];
+  else if (type === 'MultiLineString') at = coordinates[0][Math.floor(coordinates[0].length / 2)];
+  else {
+    const ring = type === 'Polygon' ? coordinates[0] : coordinates[0][0];
+    const [w, s, e, n] = boundsOf(ring.map(([x, y]) => [x, y, x, y]));
+    at = [(w + e) / 2, (s + n) / 2];
   }
+  const point = map.project(at);
+  return { x: point.x, y: point.y };
+}
 
-  function layersOf(ids) {
-    return ids.filter((id) => features.has(id)).map((id) => features.get(id).layer);
-  }
-
-  function fit(ids) {
-    const layers = layersOf(ids);
-    if (!layers.length) return;
-    const bounds = L.latLngBounds([]);
-    for (const layer of layers) {
-      if (typeof layer.getLatLng === 'function') bounds.extend(layer.getLatLng());
-      else bounds.extend(layer.getBounds());
-    }
-    map.fitBounds(bounds, FIT_OPTIONS);
-  }
-
-  /**
-   * Hide the link labels that would cover one already shown, so a dense highlight stays
-   * readable; zooming in shows more of them. A grid of screen cells keeps this linear.
-   */
-  function declutterLabels() {
-    const cell = 64;
-    const grid = new Map();
-    const overlaps = (a, b) => !(a.right < b.left || a.left > b.right || a.bottom < b.top || a.top > b.bottom);
-    for (const el of map.getContainer().querySelectorAll('.gs-link-label')) {
-      el.classList.remove('gs-label-hidden');
-      const box = el.getBoundingClientRect();
-      const keys = [];
-      for (let x = Math.floor(box.left / cell); x <= Math.floor(box.right / cell); x += 1) {
-        for (let y = Math.floor(box.top / cell); y <= Math.floor(box.bottom / cell); y += 1) keys.push(`${x},${y}`);
-      }
-      if (keys.some((key) => (grid.get(key) || []).some((other) => overlaps(box, other)))) {
-        el.classList.add('gs-label-hidden');
-        continue;
-      }
-      for (const key of keys) grid.set(key, [...(grid.get(key) || []), box]);
-    }
-  }
-  map.on('zoomend', declutterLabels);
-
-  /** Undo the current highlight: features, link lines and labels, and the highlight bar. */
-  function clearHighlight() {
-    const touched = [...highlighted, ...linkTargets];
-    highlighted.clear();
-    linkTargets.clear();
-    hints = new Map();
-    for (const id of touched) restyle(id);
-    if (linkLayer) linkLayer.remove();
-    linkLayer = null;
-    linkLabels = [];
-    if (highlightBar) highlightBar.remove();
-    highlightBar = null;
-  }
-
-  function highlightBarControl(count, missing, overall) {
-    const bar = L.control({ position: 'topright' });
-    bar.onAdd = () => {
-      const box = L.DomUtil.create('div', 'gs-highlight-bar');
-      box.setAttribute('role', 'status');
-      box.setAttribute('data-testid', 'map-highlight-bar');
-      L.DomEvent.disableClickPropagation(box);
-      let text = `${count} highlighted`;
-      if (missing.length) text += ` · ${missing.length} not on the map`;
-      box.appendChild(node('span', { text }));
-      for (const [key, value] of overall) {
-        box.appendChild(node('span', { className: 'gs-highlight-hint', text: `${key}: ${value}` }));
-      }
-      box.appendChild(button('Clear highlight', 'map-clear-highlight', () => clearHighlight()));
-      return box;
-    };
-    return bar;
-  }
-
-  /**
-   * Apply a highlight payload (the highlight block's data): mark `ids`, draw a line from
-   * ids[i] to links[i] labelled with the formatted linkValues[i], keep the attribute hints
-   * for the popups, and fit the map to everything involved. Replaces any earlier highlight.
-   *
-   * @param {{ids: number[], links?: number[], linkValues?: number[], linkType?: string,
-   *          attributeHints?: Record<string, string>}} data
-   * @returns {{shown: number[], missing: number[]}}
-   */
-  function highlight(data) {
-    clearHighlight();
-    const payload = data && typeof data === 'object' ? data : {};
-    const ids = integers(payload.ids);
-    const shown = [...new Set(ids.filter((id) => features.has(id)))].sort((a, b) => a - b);
-    const missing = [...new Set(ids.filter((id) => !features.has(id)))].sort((a, b) => a - b);
-    const links = Array.isArray(payload.links) ? payload.links : [];
-    const values = Array.isArray(payload.linkValues) ? payload.linkValues : [];
-    for (const id of shown) highlighted.add(id);
-    linkLayer = L.layerGroup().addTo(map);
-    payload.ids?.forEach?.((id, i) => {
-      const target = links[i];
-      if (!features.has(id) || !Number.isInteger(target) || !features.has(target)) return;
-      if (!highlighted.has(target)) linkTargets.add(target);
-      const ends = [centreOf(features.get(id).layer), centreOf(features.get(target).layer)];
-      const line = L.polyline(ends, {
-        renderer, color: LINK_COLOR, weight: 1.5, opacity: 0.85, dashArray: '5 4', interactive: false,
-      }).addTo(linkLayer);
-      for (const svg of elementsOf(line)) {
-        svg.setAttribute('data-link-index', String(i));
-        svg.setAttribute('data-link', `${id}-${target}`);
-      }
-      if (values[i] !== undefined && values[i] !== null) {
-        // A label of its own at the segment's middle: a tooltip bound to the line would be
-        // placed where the line was at the zoom before the fit (a sub-pixel line has no centre).
-        const at = L.latLngBounds(ends).getCenter();
-        const text = formatLinkValue(payload.linkType, values[i]);
-        const label = L.tooltip({ permanent: true, direction: 'center', className: 'gs-link-label', interactive: false })
-          .setLatLng(at)
-          .setContent(text)
-          .addTo(linkLayer);
-        label.getElement()?.setAttribute('data-link-index', String(i));
-        label.getElement()?.setAttribute('data-testid', 'link-label');
-        linkLabels.push({ at, text });
-      }
-    });
-    const { perFeature, overall } = hintTexts(payload);
-    hints = perFeature;
-    showClassesOf([...highlighted, ...linkTargets]);
-    for (const id of [...linkTargets, ...highlighted]) restyle(id);
-    highlightBar = highlightBarControl(shown.length, missing, overall).addTo(map);
-    fit([...highlighted, ...linkTargets]);
-    declutterLabels();
-    return { shown, missing };
-  }
-
-  /**
-   * Pan and zoom to these annotations and flash them. Returns the ids that are on the map.
-   *
-   * @param {number[]} ids
-   * @returns {number[]}
-   */
-  function focus(ids) {
-    const found = [...new Set(integers(ids).filter((id) => features.has(id)))].sort((a, b) => a - b);
-    if (!found.length) return found;
-    showClassesOf(found);
-    fit(found);
-    const previous = [...focused];
-    focused.clear();
-    for (const id of previous) restyle(id);
-    for (const id of found) {
-      focused.add(id);
-      restyle(id);
-    }
-    clearTimeout(focusTimer);
-    focusTimer = setTimeout(() => {
-      const flashed = [...focused];
-      focused.clear();
-      for (const id of flashed) restyle(id);
-    }, FOCUS_MS);
-    return found;
-  }
-
-  /** Centre, zoom, bounds ([minLon, minLat, maxLon, maxLat]) and visible classes right now. */
-  function view() {
-    const centre = map.getCenter();
-    const bounds = map.getBounds();
-    return {
-      center: { lat: round(centre.lat, 6), lon: round(clamp(L.Util.wrapNum(centre.lng, [-180, 180], true), -180, 180), 6) },
-      zoom: round(map.getZoom(), 2),
-      bounds: [
-        round(clamp(bounds.getWest(), -180, 180), 6),
-        round(clamp(bounds.getSouth(), -90, 90), 6),
-        round(clamp(bounds.getEast(), -180, 180), 6),
-        round(clamp(bounds.getNorth(), -90, 90), 6),
-      ],
-      visible_classes: visibleClasses(),
-    };
-  }
-
-  /** A PNG of the map as shown: background, the SVG overlay, then the link labels. */
-  async function image() {
-    const size = map.getSize();
-    const scale = Math.min(1, IMAGE_MAX_WIDTH / Math.max(1, size.x));
-    const width = Math.max(1, Math.round(size.x * scale));
-    const height = Math.max(1, Math.round(size.y * scale));
-    const canvas = document.createElement('canvas');
-    canvas.width = width;
-    canvas.height = height;
-    const context = canvas.getContext('2d');
-    context.fillStyle = IMAGE_BACKGROUND;
-    context.fillRect(0, 0, width, height);
-    context.scale(scale, scale);
-    const svg = element.querySelector('.leaflet-overlay-pane svg');
-    if (svg) {
-      const origin = element.getBoundingClientRect();
-      const box = svg.getBoundingClientRect();
-      const copy = svg.cloneNode(true);
-      copy.setAttribute('xmlns', SVG_NS);
-      copy.removeAttribute('style');
-      const text = new XMLSerializer().serializeToString(copy);
-      const picture = new Image();
-      picture.src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(text)}`;
-      await picture.decode();
-      context.drawImage(picture, box.left - origin.left, box.top - origin.top, box.width, box.height);
-    }
-    context.font = '600 12px system-ui, sans-serif';
-    context.textAlign = 'center';
-    context.textBaseline = 'middle';
-    for (const { at, text } of linkLabels) {
-      const point = map.latLngToContainerPoint(at);
-      context.lineWidth = 3;
-      context.strokeStyle = '#ffffff';
-      context.strokeText(text, point.x, point.y);
-      context.fillStyle = LINK_COLOR;
-      context.fillText(text, point.x, point.y);
-    }
-    return { png: canvas.toDataURL('image/png'), width, height };
-  }
-
-  /**
-   * The requested data contexts of the view, in the order asked, each type once; unknown types
-   * are left out. `visibility` → {classes, hidden}; `position` → {center, zoom, bounds};
-   * `image` → {png, width, height}.
-   *
-   * @param {string[]} types
-   * @returns {Promise<{type: string, data: object}[]>}
-   */
-  async function contexts(types) {
-    const wanted = [...new Set(Array.isArray(types) ? types : [])].filter((type) => CONTEXT_TYPES.includes(type));
-    const out = [];
-    for (const type of wanted) {
-      if (type === 'visibility') {
-        const classesShown = visibleClasses();
-        const hidden = [...classes.keys()].filter((name) => !classesShown.includes(name)).sort();
-        out.push({ type, data: { classes: classesShown, hidden } });
-      } else if (type === 'position') {
-        const { center, zoom, bounds } = view();
-        out.push({ type, data: { center, zoom, bounds } });
-      } else {
-        out.push({ type, data: await image() });
-      }
-    }
-    return out;
-  }
-
-  function selectionBar(prompt, onConfirm, onCancel) {
-    const bar = node('div', { className: 'gs-select-bar', testid: 'map-select-bar' });
-    bar.setAttribute('role', 'dialog');
-    bar.setAttribute('aria-label', 'Select annotations on the map');
-    const count = node('span', { className: 'gs-select-count', text: '0 selected', testid: 'map-select-count' });
-    count.setAttribute('aria-live', 'polite');
-    const actions = node('div', { className: 'gs-select-actions' });
-    actions.append(
-      count,
-      button('Confirm', 'map-select-confirm', onConfirm),
-      button('Cancel', 'map-select-cancel', onCancel),
-    );
-    bar.append(node('p', { className: 'gs-select-prompt', text: prompt }), actions);
-    L.DomEvent.disableClickPropagation(bar);
-    L.DomEvent.disableScrollPropagation(bar);
-    const control = L.control({ position: 'topleft' });
-    control.onAdd = () => bar;
-    control.addTo(map);
-    return { control, count };
-  }
-
-  /**
-   * Selection mode: the user clicks annotations (of `class` only, when given) to toggle them,
-   * then Confirm resolves `{ids}` (sorted) and Cancel resolves null. A new select() cancels an
-   * open one.
-   *
-   * @param {{prompt?: string, class?: string}} [options]
-   * @returns {Promise<{ids: number[]} | null>}
-   */
-  function select({ prompt, class: onlyClass } = {}) {
-    if (selection) selection.finish(null);
-    map.closePopup();
-    if (onlyClass && classes.has(onlyClass)) setClassVisible(onlyClass, true);
-    element.setAttribute('data-selecting', 'true');
-    return new Promise((resolve) => {
-      const text = typeof prompt === 'string' && prompt.trim() ? prompt.trim().slice(0, 500) : 'Click annotations to select them.';
-      const ui = selectionBar(
-        text,
-        () => current.finish({ ids: [...selected].sort((a, b) => a - b) }),
-        () => current.finish(null),
-      );
-      const current = {
-        toggle(id) {
-          if (onlyClass && features.get(id).name !== onlyClass) return;
-          if (selected.has(id)) selected.delete(id);
-          else selected.add(id);
-          restyle(id);
-          ui.count.textContent = `${selected.size} selected`;
-        },
-        finish(result) {
-          if (selection !== current) return;
-          selection = null;
-          const picked = [...selected];
-          selected.clear();
-          for (const id of picked) restyle(id);
-          ui.control.remove();
-          element.removeAttribute('data-selecting');
-          resolve(result);
-        },
-      };
-      selection = current;
-    });
-  }
+/**
+ * Mounts the map in `element` and starts loading. Returns at once with the map object the
+ * page keeps as `window.geosenseMap`: `ready` is a promise until the first annotations are
+ * drawn (or the load failed: `error` then says why) and `true` afterwards, so
+ * `await map.ready` works at any time; `loaded` is the promise.
+ *
+ * @param {HTMLElement} element with data-tiles-url, data-boxes-url, optional data-tile-url
+ *   (a raster base layer) and data-base-tiles-url (the demo base layer's tile JSON)
+ * @param {{fetch?: typeof fetch}} [options]
+ */
+export function createAnnotationMap(element, { fetch = globalThis.fetch } = {}) {
+  const data = createMapData({
+    tilesUrl: element.dataset.tilesUrl || '/tiles/annotations.json',
+    boxesUrl: element.dataset.boxesUrl || '/api/annotations/boxes',
+    fetch,
+  });
+  const parts = {};
+  let done = false;
+  const whenLoaded = (fn) => async (...args) => {
+    await api.loaded;
+    if (!parts.map) throw new Error(api.error || 'the map is not loaded');
+    return fn(...args);
+  };
 
   const api = {
-    map,
-    renderer,
-    layer: null,
+    map: null,
     count: 0,
+    revision: null,
     error: null,
     loaded: null,
     get ready() {
       return done ? true : api.loaded;
     },
-    highlightedIds: () => [...highlighted].sort((a, b) => a - b),
-    visibleClasses,
-    setClassVisible,
-    highlight,
-    clearHighlight,
-    focus,
-    view,
-    contexts,
-    select,
+    highlightedIds: () => parts.highlight?.highlightedIds() ?? [],
+    linkTargetIds: () => parts.highlight?.linkTargetIds() ?? [],
+    links: () => parts.highlight?.links() ?? [],
+    visibleClasses: () => parts.filters?.visible() ?? [],
+    setClassVisible: (name, visible) => parts.setClassVisible?.(name, visible),
+    highlight: whenLoaded((payload) => parts.highlight.highlight(payload)),
+    clearHighlight: () => parts.highlight?.clear(),
+    focus: whenLoaded((ids) => parts.focus(ids)),
+    view: () => parts.view(),
+    contexts: whenLoaded((types) => mapContexts(types, parts)),
+    select: whenLoaded((options) => parts.selection.select(options)),
+    selectedIds: () => parts.selection?.selectedIds() ?? [],
+    focusedIds: () => [...(parts.focused ?? [])].sort((a, b) => a - b),
+    refresh: whenLoaded((revision) => parts.refresh(revision)),
+    idle: whenLoaded(() => idle(parts.map)),
+    renderedIds: (which) => (parts.map ? renderedIds(parts.map, which) : []),
+    screenPoint: (id) => (parts.map ? screenPoint(parts.map, id) : null),
   };
 
   api.loaded = (async () => {
     try {
-      const response = await fetch(element.dataset.annotationsUrl, {
-        credentials: 'same-origin',
-        headers: { Accept: 'application/geo+json, application/json' },
-      });
-      if (!response.ok) throw new Error(`loading annotations failed: HTTP ${response.status}`);
-      api.layer = draw(await response.json());
-      api.count = features.size;
-      if (features.size) map.fitBounds(api.layer.getBounds(), { padding: [24, 24] });
+      await mount(element, data, fetch, parts, api);
+      await idle(parts.map);
     } catch (error) {
-      api.error = String(error.message || error);
-      const note = L.DomUtil.create('p', 'map-error', element);
+      api.error = String(error?.message || error);
+      const note = element.ownerDocument.createElement('p');
+      note.className = 'map-error';
       note.setAttribute('role', 'alert');
       note.textContent = 'The annotations could not be loaded.';
+      element.appendChild(note);
     } finally {
       done = true;
       element.dataset.state = api.error ? 'error' : 'ready';
@@ -674,4 +264,87 @@ export function createAnnotationMap(element, { L = globalThis.L, fetch = globalT
     }
   })();
   return api;
+}
+
+/** Builds the map and its parts into `parts` (see createAnnotationMap). */
+async function mount(element, data, fetch, parts, api) {
+  const document = element.ownerDocument;
+  const { map, json, counts, colors } = await createGlMap(element, data, fetch);
+  parts.map = api.map = map;
+  api.count = json.total ?? 0;
+  api.revision = json.revision ?? null;
+  const legend = slot(map, legendBox(document), 'bottom-right');
+  const topRight = slot(map, box(document, 'gs-map-bar-slot'), 'top-right');
+  const topLeft = slot(map, box(document, 'gs-map-bar-slot'), 'top-left');
+  let colorsNow = colors;
+  const drawLegend = () => renderLegend(legend, legendModel(filters.counts(), colorsNow, filters.hidden), parts.setClassVisible);
+  const filters = createFilters(map, () => {
+    drawLegend();
+    element.dispatchEvent(new CustomEvent('geosense:map-classes', { detail: filters.visible() }));
+  });
+  parts.filters = filters;
+  filters.setData(counts, colors);
+  const setState = (id, key, on) => map.setFeatureState(FEATURE(id), { [key]: on });
+  const showClasses = (names) => {
+    for (const name of names) filters.setVisible(name, true);
+  };
+  const fit = ([w, s, e, n]) => map.fitBounds([[w, s], [e, n]], FIT);
+  parts.highlight = createHighlight({
+    map, container: element, barSlot: topRight, locate: data.locate,
+    setOverlay: filters.setOverlay, showClasses, fit,
+  });
+  let clicks = null;
+  parts.selection = createSelection({
+    container: topLeft, element, setState: (id, on) => setState(id, 'selected', on),
+    showClass: (name) => showClasses([name]), closePopup: () => clicks?.closePopup(),
+  });
+  clicks = wireClicks(map, { selection: parts.selection, hintsFor: parts.highlight.hintsFor, element });
+  parts.setClassVisible = (name, visible) => {
+    if (filters.setVisible(name, Boolean(visible)) && !visible) clicks.closePopup();
+  };
+  parts.view = () => {
+    const b = map.getBounds();
+    return viewOf({ center: map.getCenter(), zoom: map.getZoom(), bounds: [b.getWest(), b.getSouth(), b.getEast(), b.getNorth()], classes: filters.visible() });
+  };
+  parts.hiddenClasses = () => [...filters.hidden].sort();
+  parts.image = () => mapImage(map, parts.highlight.visibleLabels());
+  parts.focused = new Set();
+  parts.focus = focusing(map, data, parts, { setState, showClasses, fit });
+  parts.refresh = async (revision) => {
+    if (revision && revision === api.revision) return false;
+    const next = await data.tileJson();
+    api.revision = next.revision ?? null;
+    api.count = next.total ?? 0;
+    const nextCounts = countsOf(next.counts);
+    colorsNow = classColors(nextCounts.keys());
+    filters.setData(nextCounts, colorsNow);
+    map.getSource(ANNOTATIONS).setTiles(next.tiles);
+    drawLegend();
+    return true;
+  };
+  drawLegend();
+}
+
+/** focus(ids): fit the view to the live ones among `ids` and flash them; resolves their ids. */
+function focusing(map, data, parts, { setState, showClasses, fit }) {
+  let timer = null;
+  return async (ids) => {
+    const boxes = await data.locate(integers(ids).slice(0, FOCUS_MAX_IDS));
+    const found = [...boxes.keys()].sort((a, b) => a - b);
+    if (!found.length) return found;
+    showClasses(new Set(found.map((id) => boxes.get(id).class)));
+    fit(boundsOf(found.map((id) => boxes.get(id).box)));
+    for (const id of parts.focused) setState(id, 'focused', false);
+    parts.focused.clear();
+    for (const id of found) {
+      parts.focused.add(id);
+      setState(id, 'focused', true);
+    }
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      for (const id of parts.focused) setState(id, 'focused', false);
+      parts.focused.clear();
+    }, FOCUS_MS);
+    return found;
+  };
 }

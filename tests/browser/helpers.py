@@ -28,3 +28,28 @@ def log_in(page: Page, *, username: str = "demo", password: str = "demo") -> Pag
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url(re.compile(r"/chat/"))
     return page
+
+
+# The map draws in WebGL: no DOM element per annotation. Tests read what it draws through
+# window.geosenseMap (queryRenderedFeatures underneath) and click where a shape is drawn.
+
+
+def map_idle(page: Page) -> None:
+    """Wait until the map has drawn everything it is loading (after a fit, a toggle…)."""
+    page.evaluate("window.geosenseMap.idle()")
+
+
+def map_rendered_ids(page: Page, which: str = "features") -> list[int]:
+    """Ids drawn on screen now: annotation shapes, or the `highlighted`/`linkTargets` overlays."""
+    map_idle(page)
+    return page.evaluate("(which) => window.geosenseMap.renderedIds(which)", which)
+
+
+def map_click_annotation(page: Page, annotation_id: int) -> None:
+    """Click on the screen where annotation `annotation_id` is drawn (it must be in view)."""
+    map_idle(page)
+    point = page.evaluate("(id) => window.geosenseMap.screenPoint(id)", annotation_id)
+    assert point is not None, f"annotation {annotation_id} is not drawn on the map"
+    box = page.locator("#map").bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + point["x"], box["y"] + point["y"])

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from chat.markup.formatting import format_area, format_length, format_overlap
-from tests.browser.helpers import screenshot
+from tests.browser.helpers import map_click_annotation, map_idle, map_rendered_ids, screenshot
 
 LIVE = "SELECT id FROM annotations_annotation WHERE deleted_at IS NULL AND category = ? ORDER BY id"
 
@@ -27,31 +27,23 @@ def ids_of(server, category: str, count: int) -> list[int]:
     return [row[0] for row in server.sql(LIVE, (category,))[:count]]
 
 
-def shown_ids(page, selector: str) -> list[int]:
-    return sorted(
-        {
-            int(v)
-            for v in page.eval_on_selector_all(
-                selector, "els => els.map(e => e.dataset.annotationId)"
-            )
-        }
-    )
-
-
 def test_the_legend_hides_and_shows_a_class(map_page, daphne_server):
     page = map_page
-    trees = page.locator('#map [data-annotation-class="tree"]')
+    trees = set(ids_of(daphne_server, "tree", 10**6))
     toggle = page.locator('.map-legend input[data-class="tree"]')
+    drawn_before = set(map_rendered_ids(page))
 
     toggle.uncheck()
     hidden_view = page.evaluate("window.geosenseMap.view()")
     hidden_context = page.evaluate("window.geosenseMap.contexts(['visibility'])")
-    visible_trees_while_hidden = [t.is_visible() for t in trees.all()]
+    drawn_while_hidden = set(map_rendered_ids(page))
     toggle.check()
     shown_view = page.evaluate("window.geosenseMap.view()")
+    drawn_after = set(map_rendered_ids(page))
 
-    assert trees.count() == len(daphne_server.sql(LIVE, ("tree",)))
-    assert not any(visible_trees_while_hidden)
+    assert trees <= drawn_before
+    assert not drawn_while_hidden & trees
+    assert drawn_while_hidden == drawn_before - trees
     assert "tree" not in hidden_view["visible_classes"]
     assert "house" in hidden_view["visible_classes"]
     assert hidden_context == [
@@ -61,7 +53,7 @@ def test_the_legend_hides_and_shows_a_class(map_page, daphne_server):
         }
     ]
     assert "tree" in shown_view["visible_classes"]
-    assert trees.first.is_visible()
+    assert drawn_after == drawn_before
 
 
 def test_clicking_a_house_shows_its_id_class_and_measures(map_page, daphne_server):
@@ -71,9 +63,8 @@ def test_clicking_a_house_shows_its_id_class_and_measures(map_page, daphne_serve
         "SELECT area_m2, length_m FROM annotations_annotation WHERE id = ?", (house,)
     )
     page.evaluate(f"window.geosenseMap.focus([{house}])")
-    page.wait_for_timeout(400)
 
-    page.locator(f'#map [data-annotation-id="{house}"]').click()
+    map_click_annotation(page, house)
     popup = page.get_by_test_id("annotation-popup")
 
     def measure(name: str) -> str:
@@ -111,8 +102,8 @@ def test_a_distance_highlight_marks_exactly_its_ids_and_labels_each_link(map_pag
 
     assert result == {"shown": sorted(trees), "missing": []}
     assert page.evaluate("window.geosenseMap.highlightedIds()") == sorted(trees)
-    assert shown_ids(page, '#map [data-highlighted="true"]') == sorted(trees)
-    assert page.locator("#map path[data-link-index]").count() == 3
+    assert map_rendered_ids(page, "highlighted") == sorted(trees)
+    assert map_rendered_ids(page, "links") == [0, 1, 2]
     assert sorted(labels) == [[str(i), format_length(v)] for i, v in enumerate(values)]
     assert [text for _, text in sorted(labels)] == ["4.3 m", "1.2 km", "0.46 m"]
     west, south, east, north = view["bounds"]
@@ -159,11 +150,8 @@ def test_attribute_hints_are_formatted_in_the_popup_of_a_highlighted_feature(
             "attributeHints": {"areas": "area", "cost": "credits"},
         },
     )
-    page.wait_for_timeout(400)
-
     page.evaluate(f"window.geosenseMap.focus([{houses[1]}])")
-    page.wait_for_timeout(400)
-    page.locator(f'#map [data-annotation-id="{houses[1]}"]').click()
+    map_click_annotation(page, houses[1])
     popup = page.get_by_test_id("annotation-popup")
 
     assert (
@@ -180,16 +168,16 @@ def test_clear_highlight_removes_marks_lines_and_labels(map_page, daphne_server)
 
     page.evaluate("data => window.geosenseMap.highlight(data)", data)
     page.evaluate("window.geosenseMap.clearHighlight()")
-    marks_after_api = page.locator('#map [data-highlighted="true"]').count()
-    lines_after_api = page.locator("#map path[data-link-index]").count()
+    marks_after_api = len(map_rendered_ids(page, "highlighted"))
+    lines_after_api = len(map_rendered_ids(page, "links"))
     expect(page.locator("#map [data-testid=link-label]")).to_have_count(0)
     page.evaluate("data => window.geosenseMap.highlight(data)", data)
     page.get_by_test_id("map-clear-highlight").click()
 
     assert (marks_after_api, lines_after_api) == (0, 0)
     assert page.evaluate("window.geosenseMap.highlightedIds()") == []
-    assert page.locator('#map [data-highlighted="true"]').count() == 0
-    assert page.locator("#map path[data-link-index]").count() == 0
+    assert map_rendered_ids(page, "highlighted") == []
+    assert map_rendered_ids(page, "links") == []
     assert page.get_by_test_id("map-highlight-bar").count() == 0
     expect(page.locator("#map [data-testid=link-label]")).to_have_count(0)
 
@@ -204,11 +192,12 @@ def test_focus_moves_the_view_to_the_annotation_and_flashes_it(map_page, daphne_
     before = page.evaluate("window.geosenseMap.view()")
 
     found = page.evaluate(f"window.geosenseMap.focus([{road}, 999999])")
-    flashing = page.locator(f'#map [data-annotation-id="{road}"][data-focused]').count()
+    flashing = page.evaluate("window.geosenseMap.focusedIds()")
     after = page.evaluate("window.geosenseMap.view()")
 
     assert found == [road]
-    assert flashing == 1
+    assert flashing == [road]
+    assert road in map_rendered_ids(page)
     assert after != before
     west, south, east, north = after["bounds"]
     assert west <= min_lon and max_lon <= east and south <= min_lat and max_lat <= north
@@ -267,10 +256,9 @@ def test_a_selection_is_confirmed_with_the_clicked_annotations(map_page, daphne_
 
     for house in houses:
         page.evaluate(f"window.geosenseMap.focus([{house}])")
-        page.wait_for_timeout(400)
-        page.locator(f'#map [data-annotation-id="{house}"]').click()
+        map_click_annotation(page, house)
     count_text = page.get_by_test_id("map-select-count").inner_text()
-    selected_while_open = shown_ids(page, "#map [data-selected]")
+    selected_while_open = page.evaluate("window.geosenseMap.selectedIds()")
     page.get_by_test_id("map-select-confirm").click()
 
     assert bar.count() == 0
@@ -278,7 +266,7 @@ def test_a_selection_is_confirmed_with_the_clicked_annotations(map_page, daphne_
     assert count_text == "2 selected"
     assert selected_while_open == sorted(houses)
     assert page.evaluate("window.picked") == {"ids": sorted(houses)}
-    assert page.locator("#map [data-selected]").count() == 0
+    assert page.evaluate("window.geosenseMap.selectedIds()") == []
     assert page.get_by_test_id("annotation-popup").count() == 0
 
 
@@ -291,9 +279,8 @@ def test_a_selection_of_one_class_ignores_others_and_cancel_answers_null(map_pag
 
     prompt = page.get_by_test_id("map-select-bar").inner_text()
     page.evaluate(f"window.geosenseMap.focus([{house}])")
-    page.wait_for_timeout(400)
-    page.locator(f'#map [data-annotation-id="{house}"]').click()
-    selected = page.locator("#map [data-selected]").count()
+    map_click_annotation(page, house)
+    selected = len(page.evaluate("window.geosenseMap.selectedIds()"))
     page.get_by_test_id("map-select-cancel").click()
 
     assert "Pick pools" in prompt

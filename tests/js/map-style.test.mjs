@@ -1,0 +1,110 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import {
+  annotationLayers,
+  classColorExpression,
+  classColors,
+  idFilter,
+  layerFilter,
+  mapStyle,
+  visibleClassFilter,
+} from '../../static/geosense/map-style.js';
+
+/** A tiny evaluator of the expressions map-style.js writes (case, ==, literal, get, match, in, !, all). */
+function evaluate(expression, properties) {
+  if (!Array.isArray(expression)) return expression;
+  const [op, ...args] = expression;
+  const value = (e) => evaluate(e, properties);
+  switch (op) {
+    case 'literal': return args[0];
+    case 'get': return Object.hasOwn(properties, args[0]) ? properties[args[0]] : null;
+    case 'to-number': return Number(value(args[0]) ?? args[1]);
+    case '==': return value(args[0]) === value(args[1]);
+    case '!': return !value(args[0]);
+    case 'all': return args.every((a) => value(a));
+    case 'in': return value(args[1]).includes(value(args[0]));
+    case 'case': {
+      for (let i = 0; i < args.length - 1; i += 2) if (value(args[i])) return value(args[i + 1]);
+      return value(args[args.length - 1]);
+    }
+    case 'match': {
+      const input = value(args[0]);
+      for (let i = 1; i < args.length - 1; i += 2) {
+        const labels = Array.isArray(args[i]) ? args[i] : [args[i]];
+        if (labels.includes(input)) return value(args[i + 1]);
+      }
+      return value(args[args.length - 1]);
+    }
+    default: throw new Error(`no evaluator for ${op}`);
+  }
+}
+
+test('known classes keep their colour and others take distinct palette colours', () => {
+  const colors = classColors(['tree', 'house', 'shed', 'kiosk', 'tree']);
+  assert.equal(colors.get('tree'), '#2e8b57');
+  assert.equal(colors.get('house'), '#c0504d');
+  assert.equal(colors.size, 4);
+  assert.notEqual(colors.get('shed'), colors.get('kiosk'));
+  assert.deepEqual(classColors(['kiosk', 'shed']), classColors(['shed', 'kiosk']));
+});
+
+test('__proto__, constructor and toString get colours of their own (issue 12 item 10)', () => {
+  const names = ['__proto__', 'constructor', 'toString', 'hasOwnProperty', 'tree'];
+  const colors = classColors(names);
+  const expression = classColorExpression(colors);
+
+  assert.equal(colors.size, names.length);
+  for (const name of names) {
+    assert.match(colors.get(name), /^#[0-9a-f]{6}$/);
+    assert.equal(evaluate(expression, { class: name }), colors.get(name), name);
+  }
+  // MapLibre's `match` keeps labels as plain-object keys, where these names collide:
+  // the colour expression compares with == instead.
+  assert.equal(JSON.stringify(expression).includes('"match"'), false);
+  assert.equal(evaluate(expression, { class: 'unknown' }), '#7f7f7f');
+});
+
+test('a hidden class is filtered out, others stay, whatever their names', () => {
+  const filter = visibleClassFilter(new Set(['tree', '__proto__']));
+  assert.equal(evaluate(filter, { class: 'tree' }), false);
+  assert.equal(evaluate(filter, { class: '__proto__' }), false);
+  assert.equal(evaluate(filter, { class: 'house' }), true);
+  assert.equal(visibleClassFilter(new Set()), true);
+});
+
+test('the id filter matches exactly the ids given, deduplicated, for 100,000 ids', () => {
+  const ids = Array.from({ length: 100_000 }, (_, i) => i * 3 + 1);
+  const filter = idFilter([...ids, ids[0], 2.5, 'x']);
+  assert.equal(filter[0], 'match');
+  assert.equal(filter[2].length, 100_000);
+  assert.equal(evaluate(filter, { id: 4 }), true);
+  assert.equal(evaluate(filter, { id: 5 }), false);
+  assert.equal(idFilter([]), false);
+});
+
+test('overlays draw nothing without ids and narrow to ids and visible classes with them', () => {
+  const layers = annotationLayers(classColors(['tree']));
+  const highlight = layers.find((layer) => layer.id === 'ann-highlight-line');
+  const fill = layers.find((layer) => layer.id === 'ann-fill');
+  assert.equal(layerFilter(highlight, { classes: true, ids: false }), false);
+  const narrowed = layerFilter(highlight, { classes: visibleClassFilter(new Set(['house'])), ids: idFilter([7]) });
+  assert.deepEqual(narrowed[0], 'all');
+  assert.deepEqual(layerFilter(fill, { classes: true }), fill.filter);
+});
+
+test('the style has the annotation source with promoted ids and a base layer when asked', () => {
+  const tiles = { tiles: ['/tiles/annotations/{z}/{x}/{y}.mvt'], minzoom: 0, maxzoom: 16 };
+  const plain = mapStyle(tiles, classColors(['tree']));
+  const raster = mapStyle(tiles, classColors(['tree']), { rasterUrl: 'https://t.example/{z}/{x}/{y}.png' });
+  const demo = mapStyle(tiles, classColors(['tree']), { base: { tiles: ['/tiles/base/{z}/{x}/{y}.mvt'] } });
+
+  assert.equal(plain.sources.annotations.promoteId, 'id');
+  assert.deepEqual(plain.sources.annotations.tiles, tiles.tiles);
+  assert.equal(plain.sources.base, undefined);
+  assert.equal(raster.sources.base.type, 'raster');
+  assert.equal(raster.layers[1].id, 'base-raster');
+  assert.equal(demo.sources.base.type, 'vector');
+  assert.ok(demo.layers.findIndex((l) => l.source === 'base') < demo.layers.findIndex((l) => l.id === 'ann-fill'));
+  assert.ok(plain.layers.every((layer) => !('overlay' in layer)));
+});
