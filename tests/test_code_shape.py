@@ -10,8 +10,7 @@ import pytest
 from tests.code_shape import ROOT, js_functions, python_functions, python_imports
 
 MAX_FUNCTION_LINES = 150
-# The map is rewritten for a WebGL map (vector tiles) by its own issue, which splits it there.
-JS_EXCEPTIONS = {("static/geosense/map.js", "createAnnotationMap")}
+JS_EXCEPTIONS: set[tuple[str, str]] = set()
 
 # Layer → modules it must never import (imports point down only).
 FORBIDDEN_IMPORTS = {

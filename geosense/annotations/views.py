@@ -121,10 +121,10 @@ def _ids_parse(raw: bytes) -> list[int]:
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):
-        raise ValueError("the body must be a JSON object {\"ids\": [int, …]}") from None
+        raise ValueError('the body must be a JSON object {"ids": [int, …]}') from None
     ids = data.get("ids") if isinstance(data, dict) else None
     if not isinstance(ids, list):
-        raise ValueError("the body must be a JSON object {\"ids\": [int, …]}")
+        raise ValueError('the body must be a JSON object {"ids": [int, …]}')
     if len(ids) > BOXES_MAX_IDS:
         raise ValueError(f"at most {BOXES_MAX_IDS} ids per request")
     if not all(isinstance(i, int) and not isinstance(i, bool) and 0 < i < 2**63 for i in ids):

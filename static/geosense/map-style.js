@@ -119,7 +119,7 @@ export function annotationLayers(colors) {
       paint: {
         'circle-color': color,
         'circle-opacity': 0.55,
-        'circle-radius': ['interpolate', ['linear'], ['sqrt', ['to-number', ['get', 'count'], 1]], 1, 3, 100, 24],
+        'circle-radius': ['interpolate', ['linear'], ['sqrt', ['to-number', ['get', 'count'], 1]], 1, 3.5, 100, 24],
         'circle-stroke-color': '#ffffff',
         'circle-stroke-width': 1,
       } },

@@ -160,20 +160,23 @@ const RENDERED = Object.freeze({
   highlighted: [HIGHLIGHT_LAYERS, 'id'],
   linkTargets: [['ann-link-target'], 'id'],
   links: [['highlight-links'], 'index'],
+  classes: [[...FEATURE_LAYERS, 'ann-counts'], 'class'],
 });
 
 /**
  * What is drawn on screen now, sorted: ids of the annotation shapes (`features`), of the
- * highlight (`highlighted`) or link-target (`linkTargets`) overlays, or the indexes of the
- * link lines (`links`). What tests and benches read instead of a DOM of shapes.
+ * highlight (`highlighted`) or link-target (`linkTargets`) overlays, the indexes of the
+ * link lines (`links`), or the classes of shapes and count points (`classes`). What tests
+ * and benches read instead of a DOM of shapes.
  */
 function renderedIds(map, which = 'features') {
   const [layers, key] = RENDERED[which] ?? RENDERED.features;
-  const ids = new Set();
+  const values = new Set();
   for (const feature of map.queryRenderedFeatures({ layers })) {
-    if (Number.isSafeInteger(feature.properties?.[key])) ids.add(feature.properties[key]);
+    const value = feature.properties?.[key];
+    if (Number.isSafeInteger(value) || (key === 'class' && typeof value === 'string')) values.add(value);
   }
-  return [...ids].sort((a, b) => a - b);
+  return [...values].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
 }
 
 /** Where annotation `id` is drawn, in container pixels (a point a click hits), or null. */
@@ -245,6 +248,15 @@ export function createAnnotationMap(element, { fetch = globalThis.fetch } = {}) 
     renderedIds: (which) => (parts.map ? renderedIds(parts.map, which) : []),
     screenPoint: (id) => (parts.map ? screenPoint(parts.map, id) : null),
   };
+
+  // A write to the annotations anywhere (socket frame `annotations-changed`, page.js): new
+  // counts and tiles, one refresh at a time; a revision already shown is skipped.
+  let refreshing = Promise.resolve();
+  element.ownerDocument.addEventListener('geosense:annotations-changed', (event) => {
+    refreshing = refreshing.then(() => api.refresh(event.detail?.revision)).catch((error) => {
+      console.warn('GeoSense map: refreshing after a change failed:', error);
+    });
+  });
 
   api.loaded = (async () => {
     try {

@@ -19,8 +19,9 @@ export const MAP_GET_VIEW_TOOL = clientToolDeclaration({
   summary: 'Where your map is, its zoom and the classes it shows',
   description:
     "Returns what the user's map shows right now: center {lat, lon} in WGS84 degrees, zoom " +
-    '(Leaflet zoom level), bounds [minLon, minLat, maxLon, maxLat] and visible_classes (the ' +
-    'annotation classes the user has not hidden). Use bounds as a bbox for spatial tools.',
+    '(web-map zoom of 256-px tiles: 0 is the whole world, 19 a house), bounds [minLon, minLat, ' +
+    'maxLon, maxLat] and visible_classes (the annotation classes the user has not hidden). ' +
+    'Use bounds as a bbox for spatial tools.',
   arguments: NO_ARGUMENTS,
   result: {
     type: 'object',

@@ -4,7 +4,7 @@ import json
 
 from playwright.sync_api import expect
 
-from tests.browser.helpers import screenshot
+from tests.browser.helpers import map_rendered_ids, screenshot
 from tests.browser.test_chat_basics import ask, last_answer, new_session
 
 ARTIFACTS = "SELECT artifact_id, data FROM chat_artifact WHERE session_id = ? ORDER BY id"
@@ -35,11 +35,9 @@ def test_approving_backend_access_highlights_the_found_trees_on_the_map(
     ((artifact_id, data),) = daphne_server.sql(ARTIFACTS, (session_id.replace("-", ""),))
     stored = page.request.get(f"/api/sessions/{session_id}/artifacts/{artifact_id}").json()
     highlighted = page.evaluate("window.geosenseMap.highlightedIds()")
-    in_dom = page.eval_on_selector_all(
-        "#map [data-highlighted='true']", "els => els.map(e => Number(e.dataset.annotationId))"
-    )
+    drawn = map_rendered_ids(page, "highlighted")
     assert highlighted == sorted(stored["data"]["ids"]) == sorted(json.loads(data)["ids"])
-    assert sorted(set(in_dom)) == highlighted
+    assert drawn == highlighted
     expect(page.get_by_label("Allow backend tools")).to_be_checked()
     log = page.get_by_test_id("activity-log")
     expect(log).to_have_count(1)

@@ -4,7 +4,7 @@ import json
 
 from playwright.sync_api import expect
 
-from tests.browser.helpers import screenshot
+from tests.browser.helpers import map_click_annotation, screenshot
 from tests.browser.test_chat_basics import ask, last_answer, new_session
 
 USER_MESSAGES = (
@@ -115,12 +115,16 @@ def test_a_map_select_decision_is_answered_by_picking_on_the_map(logged_in_page,
     bar = page.get_by_test_id("map-select-bar")
     expect(bar).to_be_visible()
     screenshot(page, "chat-map-select")
-    ids = page.eval_on_selector_all(
-        "#map [data-annotation-class='tree']",
-        "els => els.slice(0, 2).map(e => e.dataset.annotationId)",
-    )
+    ids = [
+        row[0]
+        for row in daphne_server.sql(
+            "SELECT id FROM annotations_annotation WHERE category = 'tree'"
+            " AND deleted_at IS NULL ORDER BY id LIMIT 2"
+        )
+    ]
     for annotation_id in ids:
-        page.locator(f"#map [data-annotation-id='{annotation_id}']").first.dispatch_event("click")
+        page.evaluate("(id) => window.geosenseMap.focus([id])", annotation_id)
+        map_click_annotation(page, annotation_id)
     expect(page.get_by_test_id("map-select-count")).to_have_text("2 selected")
     bar.get_by_role("button", name="Confirm").click()
 

@@ -23,13 +23,9 @@ def test_a_ref_chip_focuses_the_map_on_its_annotation(logged_in_page, daphne_ser
     before = page.evaluate("window.geosenseMap.view()")
     chip.click()
     page.wait_for_function("(zoom) => window.geosenseMap.view().zoom > zoom", arg=before["zoom"])
-    (x, y) = page.evaluate(
-        """(id) => { const el = document.querySelector(`#map [data-annotation-id="${id}"]`);
-                     const box = el.getBoundingClientRect();
-                     const map = document.querySelector('#map').getBoundingClientRect();
-                     return [box.left + box.width / 2 - map.left, box.top + box.height / 2 - map.top]; }""",
-        annotation_id,
-    )
+    page.evaluate("window.geosenseMap.idle()")
+    point = page.evaluate("(id) => window.geosenseMap.screenPoint(id)", annotation_id)
+    (x, y) = (point["x"], point["y"])
     size = page.evaluate(
         "(() => { const r = document.querySelector('#map').getBoundingClientRect(); return [r.width, r.height]; })()"
     )

@@ -51,6 +51,11 @@ def test_the_chat_page_runs_under_its_csp_without_a_violation(browser, daphne_se
         _until(page, "() => window.geosenseMap && window.geosenseMap.ready === true")
         page.wait_for_timeout(500)
         violations += page.evaluate("() => window.cspViolations || []")
+        # The WebGL map ran its tile workers (same-origin module workers) under the policy.
+        map_state = page.evaluate(
+            "() => [window.geosenseMap.error, window.geosenseMap.renderedIds().length]"
+        )
     finally:
         context.close()
     assert violations == []
+    assert map_state[0] is None and map_state[1] > 0
