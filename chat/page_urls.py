@@ -4,7 +4,6 @@ from . import pages
 
 urlpatterns = [
     path("chat/", pages.chat_page, name="chat"),
-    path("chat/new/", pages.session_new, name="chat-new"),
     path("chat/<uuid:session_id>/", pages.chat_page, name="chat-session"),
     path("chat/<uuid:session_id>/turns/<int:turn>/", pages.turn_partial, name="chat-turn"),
     path("chat/<uuid:session_id>/preview/", pages.message_preview, name="chat-message-preview"),

@@ -14,14 +14,14 @@ from uuid import UUID
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
 
 from geosense.accounts.services import credit_balance
 from geosense.annotations.selectors import annotation_counts
 
-from . import selectors, services
+from . import selectors
 from .markup import (
     placeholder_artifact_ids,
     render_message,
@@ -205,13 +205,6 @@ def chat_page(request: HttpRequest, session_id: UUID | None = None) -> HttpRespo
             "tile_url": settings.GEOSENSE_MAP_TILE_URL,
         },
     )
-
-
-@require_POST
-@login_required
-def session_new(request: HttpRequest) -> HttpResponse:
-    session = services.session_create(user=request.user, title="")
-    return redirect("chat-session", session_id=session.pk)
 
 
 @require_GET

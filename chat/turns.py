@@ -367,10 +367,10 @@ class TurnRunner:
         except asyncio.CancelledError:
             raise
         except AgentError as exc:
-            await self._fail(f"{AGENT_FAILED} {exc}")
+            await self._note(f"{AGENT_FAILED} {exc}")
         except Exception:
             logger.exception("turn %s#%s failed", self.session_id, self.turn)
-            await self._fail(FAILED_NOTE)
+            await self._note(FAILED_NOTE)
         finally:
             keeper.cancel()
             await asyncio.shield(self._finish())
@@ -402,9 +402,11 @@ class TurnRunner:
         except Exception:
             logger.exception("could not emit turn_end")
 
-    async def _fail(self, message: str) -> None:
-        """Tell the listeners why the turn ended; the note is stored when the database lets
-        us (a failure that is the database's own must still reach the page)."""
+    async def _note(self, message: str) -> None:
+        """Tell the person something went wrong (a failure, a refusal): as an `error` event for
+        the page's notice, and as a note in the transcript, so it survives a reload. The note
+        is stored when the database lets us (a failure that is the database's own must still
+        reach the page)."""
         try:
             await in_thread(services.message_store)(
                 session_id=self.session_id, turn=self.turn, role=Message.Role.NOTE, content=message
@@ -442,7 +444,7 @@ class TurnRunner:
                 approval.arguments,
                 refusal(outcome.shortfall.for_model, for_user=outcome.shortfall.for_user),
             )
-            await self.sink.emit(wire.error(outcome.shortfall.for_user))
+            await self._note(outcome.shortfall.for_user)
         elif not outcome.runs or tool is None:
             await self._store_and_report(
                 call, approval.arguments, refusal(approvals.DECLINED_RESULT)
@@ -455,7 +457,7 @@ class TurnRunner:
                 approval.arguments,
                 refusal(missing.for_model, for_user=missing.for_user),
             )
-            await self.sink.emit(wire.error(missing.for_user))
+            await self._note(missing.for_user)
         else:
             run = await backend_tool_run(
                 tool=tool, arguments=approval.arguments, context=self._tool_context()
@@ -641,7 +643,7 @@ class TurnRunner:
             await self._store_and_report(
                 call, arguments, refusal(refused.for_model, for_user=refused.for_user)
             )
-            await self.sink.emit(wire.error(refused.for_user))
+            await self._note(refused.for_user)
             return CallOutcome.ANSWERED
         reasons = approvals.approval_reasons(
             tool=tool,

@@ -20,7 +20,7 @@ import { createTurnSender } from './turn-stream.js';
  *   panel: HTMLElement,
  *   map: object,                 window.geosenseMap (map.js)
  *   tools: Array & {applyOneWay(name: string, args: object): boolean},
- *   onSessionCreated?: (id: string) => void,
+ *   onSessionCreated?: (id: string) => Promise<void> | void,  resolves once the socket is bound
  *   onTurnEnd?: (ended: {session: string | null, untitled: boolean}) => void,  a turn this
  *     panel showed ended (`untitled`: the session had no title yet, so it may have one now)
  *   document?: Document,

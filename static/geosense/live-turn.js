@@ -209,8 +209,9 @@ export function createLiveTurn({
       transcript.renderTurn(live.turn);
     },
     error(data) {
-      // The server writes the whole sentence for a person (a provider's failure, a refusal).
-      notice(data.message || 'The assistant could not answer.');
+      // The server writes the whole sentence for a person (a provider's failure, a refusal)
+      // and keeps it in the transcript as a note: the notice may fade.
+      notice(data.message || 'The assistant could not answer.', { fade: true });
     },
     turn_end() {
       removeBubbles();

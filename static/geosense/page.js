@@ -7,6 +7,7 @@ import { createLocationCard } from './location-card.js';
 import { createLocationService } from './location.js';
 import { createAnnotationMap } from './map.js';
 import { pageClientTools } from './page-tools.js';
+import { groupSessionList } from './sessions-list.js';
 import { SOCKET_STATES, createSessionSocket } from './socket.js';
 
 const map = createAnnotationMap(document.getElementById('map'));
@@ -105,11 +106,18 @@ const socket = createSessionSocket({
 });
 mount(panel);
 
+// The conversations list is grouped by the reader's days; swaps bring it back flat.
+const groupSessions = () => groupSessionList(document.querySelector('#sessions .session-list'));
+groupSessions();
+setInterval(groupSessions, 60_000);
+document.body.addEventListener('htmx:oobAfterSwap', groupSessions);
+
 document.body.addEventListener('htmx:afterSettle', () => {
+  groupSessions();
   markNewAnswers();
   const swapped = document.getElementById('chat-panel');
   if (!swapped || swapped.dataset.mounted === 'true') return;
   mount(swapped);
   map.clearHighlight?.();
-  socket.bind(swapped.dataset.sessionId);
+  socket.bind(swapped.dataset.sessionId || null);
 });

@@ -6,7 +6,7 @@ import { errorText, request } from './http.js';
  * @param {{
  *   panel: HTMLElement,                    the #chat-panel (data-session-id)
  *   notice: (text: string) => void,
- *   onCreated?: (id: string) => void,      a new session exists (the socket binds it)
+ *   onCreated?: (id: string) => Promise<void> | void,  a new session exists (the socket binds it)
  *   document?: Document,
  * }} options
  */
@@ -23,7 +23,7 @@ export function createSessionState({ panel, notice, onCreated = () => {}, docume
     panel.dataset.sessionId = id;
     if (toggle) toggle.disabled = false;
     history.replaceState(null, '', `/chat/${id}/`);
-    onCreated(id);
+    await onCreated(id); // the socket is bound and the tools registered before the first turn
     return id;
   }
 

@@ -13,6 +13,9 @@ import {
 } from './wire.js';
 
 const BACKOFF_MS = [500, 1000, 2000, 4000, 8000, 15000];
+// How long a bind waits for the tools to be registered before it lets the caller go on (the
+// first message of a new conversation waits, so its turn can call the page's tools).
+const BIND_WAIT_MS = 5000;
 const CLOSE_UNAUTHENTICATED = 4401;
 
 /** Connection states shown to the user. */
@@ -22,6 +25,27 @@ export const SOCKET_STATES = Object.freeze({
   reconnecting: 'Reconnecting…',
   offline: 'Offline',
 });
+
+/** Promises that resolve together on `release()`, each at the latest after its time limit. */
+function createWaiters(later, cancelLater) {
+  let waiting = [];
+  return {
+    wait(ms) {
+      return new Promise((resolve) => {
+        const timer = later(resolve, ms);
+        waiting.push(() => {
+          cancelLater(timer);
+          resolve();
+        });
+      });
+    },
+    release() {
+      const released = waiting;
+      waiting = [];
+      released.forEach((release) => release());
+    },
+  };
+}
 
 /**
  * @typedef {{
@@ -68,8 +92,12 @@ export function createSessionSocket({
   // Invokes the page is answering: correlation id → {name, controller}.
   const answering = new Map();
 
+  // Callers of bind() waiting for the tools to be registered on the bound session.
+  const waiters = createWaiters(later, cancelLater);
+
   function setReady(value) {
     globalThis.geosenseSocketReady = value;
+    if (value) waiters.release();
   }
 
   function send(frame) {
@@ -118,7 +146,8 @@ export function createSessionSocket({
     },
     [SERVER_FRAMES.clientToolInvoke]: answer,
     [SERVER_FRAMES.clientToolCancelled]: cancelled,
-    [SERVER_FRAMES.event]: (frame) => onEvent(frame.event, frame.data || {}),
+    // Unbound (a new conversation not saved yet): the previous session's events are not ours.
+    [SERVER_FRAMES.event]: (frame) => current && onEvent(frame.event, frame.data || {}),
     [SERVER_FRAMES.annotationsChanged]: (frame) => onAnnotationsChanged(String(frame.revision)),
     [SERVER_FRAMES.error]: (frame) => onFrameError(frame),
   };
@@ -142,6 +171,7 @@ export function createSessionSocket({
     });
     socket.addEventListener('close', (event) => {
       setReady(false);
+      waiters.release(); // a send goes on without the tools rather than hang
       socket = null;
       // The server answered every call this socket held when it closed ("the client went
       // away"); an answer sent on the next socket would be refused as unknown.
@@ -168,14 +198,19 @@ export function createSessionSocket({
   });
 
   return {
-    /** Bind the socket to another session (a session switch); registers the tools again. */
+    /** Bind to another session (`null`: a new conversation not saved yet, whose socket
+     * ignores the old session's events); resolves once the tools are registered on it (at the
+     * latest after BIND_WAIT_MS, or when the socket closes). @returns {Promise<void>} */
     bind(sessionId) {
-      current = sessionId;
+      current = sessionId || null;
       setReady(false);
+      if (!current) return Promise.resolve();
+      const ready = waiters.wait(BIND_WAIT_MS);
       if (socket && socket.readyState === Socket.OPEN) {
         onState('connecting');
-        send(sessionBindFrame(sessionId));
+        send(sessionBindFrame(current));
       }
+      return ready;
     },
     close() {
       stopped = true;

@@ -119,7 +119,9 @@ export function createTurnSender(options) {
         onRefused();
       },
       onLost: () => {
-        notice('The connection was lost while the answer was written; it continues on the server.');
+        notice('The connection was lost while the answer was written; it continues on the server.', {
+          kind: 'status',
+        });
         ownTurns.streamLost(); // the socket's events take over
       },
       onClosedEarly: () => render(currentTurn()),
@@ -134,7 +136,7 @@ export function createTurnSender(options) {
     /** Send a user message (with data contexts); resolves true once its turn started. */
     async send(text, { contexts = [], onRefused = () => {} } = {}) {
       if (ownTurns.streaming) {
-        notice('Wait until the current answer is finished.');
+        notice('Wait until the current answer is finished.', { kind: 'status' });
         onRefused();
         return false;
       }

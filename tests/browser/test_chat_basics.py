@@ -1,7 +1,5 @@
 """The chat page with the local agent: a session, a streamed answer, the second tab, the log."""
 
-import re
-
 from playwright.sync_api import expect
 
 from tests.browser.helpers import screenshot
@@ -9,11 +7,23 @@ from tests.browser.helpers import screenshot
 TREES = "SELECT COUNT(*) FROM annotations_annotation WHERE category = 'tree' AND deleted_at IS NULL"
 
 
+CREATE_SESSION = """async () => {
+  const token = JSON.parse(document.body.getAttribute('hx-headers'))['x-csrftoken'];
+  const response = await fetch('/api/sessions', {
+    method: 'POST', headers: {'X-CSRFToken': token, 'Content-Type': 'application/json'}, body: '{}',
+  });
+  return (await response.json()).id;
+}"""
+
+
 def new_session(page):
-    page.get_by_role("button", name="New conversation").click()
-    page.wait_for_url(re.compile(r"/chat/[0-9a-f-]{36}/$"))
+    """Open a new, saved conversation and return its id. "New conversation" itself saves
+    nothing until the first message (test_sessions_list.py walks that path); tests that need the
+    id before their first message create the session through the API, as a script would."""
+    session_id = page.evaluate(CREATE_SESSION)
+    page.goto(f"/chat/{session_id}/")
     page.wait_for_function("window.geosenseSocketReady === true")
-    return page.url.rstrip("/").rsplit("/", 1)[1]
+    return session_id
 
 
 def ask(page, text):

@@ -48,6 +48,12 @@ async def _resume(client, caller, approval_id, decision):
     )
 
 
+async def _notes(caller) -> list[str]:
+    """The notes of the caller's session: what the transcript shows the person after a reload."""
+    notes = Message.objects.filter(session=caller.session, role=Message.Role.NOTE)
+    return [note.content async for note in notes.order_by("id")]
+
+
 async def _live_id() -> int:
     return (await Annotation.objects.order_by("id").afirst()).pk
 
@@ -327,6 +333,7 @@ async def test_a_call_the_balance_cannot_cover_is_refused_before_it_runs(
     assert "balance is 3" in call["error"]  # the model reads the precise reason
     assert out.message["content"] == "You do not have enough credits."
     assert await asyncio.to_thread(credit_balance, user=trusted_caller.user) == 3
+    assert await _notes(trusted_caller) == [error["message"]]  # kept for a reload
 
 
 async def test_a_balance_spent_while_the_approval_waited_refuses_on_approve(
@@ -338,6 +345,7 @@ async def test_a_balance_spent_while_the_approval_waited_refuses_on_approve(
     out = await _resume(client, trusted_caller, pending["id"], "approve")
     assert out.of("backend_tool_call")[0]["ok"] is False
     assert "not enough credits" in out.of("error")[0]["message"].lower()
+    assert await _notes(trusted_caller) == [out.of("error")[0]["message"]]
     assert await asyncio.to_thread(credit_balance, user=trusted_caller.user) == 2
     assert not await CreditCharge.objects.aexists()
     assert await asyncio.to_thread(stored_history_is_valid, trusted_caller.session.pk)

@@ -77,12 +77,14 @@ def test_the_root_redirects_to_the_chat():
     assert response["Location"] == "/chat/"
 
 
-def test_new_conversation_creates_a_session_and_opens_it(browser, alice):
-    response = browser.post("/chat/new/")
+def test_new_conversation_opens_an_empty_chat_and_creates_no_session(browser, alice):
+    """The session is created by the first message (POST /api/sessions), not by the button."""
+    html = browser.get("/chat/").content.decode()
 
-    session = ChatSession.objects.get(user=alice)
-    assert response.status_code == 302
-    assert response["Location"] == f"/chat/{session.pk}/"
+    assert 'data-testid="new-conversation" href="/chat/"' in html
+    assert 'data-session-id=""' in html
+    assert not ChatSession.objects.filter(user=alice).exists()
+    assert browser.post("/chat/new/").status_code == 404
 
 
 def test_the_transcript_shows_user_and_assistant_messages_but_not_tool_results(browser, session):

@@ -256,3 +256,47 @@ test('an annotations-changed frame is handed on with its revision', () => {
   ws().receive({ type: 'annotations-changed', revision: 'r2' });
   assert.deepEqual(changed, ['r2']);
 });
+
+test('bind() resolves once the new session has the tools; a first message waits for it', async () => {
+  const { socket, ws } = harness({ session: null });
+  ws().open();
+  let ready = false;
+  socket.bind('s2').then(() => {
+    ready = true;
+  });
+  ws().receive({ type: 'session-bound', session: 's2' });
+  await tick();
+  assert.equal(ready, false);
+  ws().receive({ type: 'client-tool-registered', tools: ['location_get', 'map_focus'] });
+  await tick();
+  assert.equal(ready, true);
+});
+
+test('bind() gives up waiting after its time limit, and at once when the socket closes', async () => {
+  const { socket, seen, ws } = harness({ session: null });
+  ws().open();
+  let ready = false;
+  socket.bind('s2').then(() => {
+    ready = true;
+  });
+  seen.later.at(-1).fn();
+  await tick();
+  assert.equal(ready, true);
+  let closed = false;
+  socket.bind('s3').then(() => {
+    closed = true;
+  });
+  ws().closeWith(1006);
+  await tick();
+  assert.equal(closed, true);
+});
+
+test('bound to no session (a new conversation), the old session\'s events are dropped', () => {
+  const { socket, seen, ws } = harness();
+  ws().open();
+  ws().receive({ type: 'session-bound', session: 's1' });
+  socket.bind(null);
+  ws().receive({ type: 'event', event: 'text_delta', data: { delta: 'old' } });
+  assert.deepEqual(seen.events, []);
+  assert.equal(ws().sent.filter((f) => f.type === 'session-bind').length, 1);
+});
