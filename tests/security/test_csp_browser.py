@@ -41,8 +41,8 @@ def test_the_chat_page_runs_under_its_csp_without_a_violation(browser, daphne_se
     )
     try:
         log_in(page)
-        page.get_by_role("button", name="New conversation").click()
-        _until(page, "() => window.geosenseSocketReady === true")
+        page.get_by_role("link", name="New conversation").click()
+        expect(page.locator("#chat-panel")).to_have_attribute("data-session-id", "")
         page.get_by_label("Your message").fill("how many trees are there?")
         page.get_by_role("button", name="Send").click()
         expect(page.locator(".message.assistant[data-message-id]").last).to_contain_text(
