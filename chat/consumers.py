@@ -13,12 +13,13 @@ import uuid
 import weakref
 from typing import Any
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.utils import timezone
 
 from chat import selectors, services
-from chat.events import session_group
+from chat.events import session_group, session_socket_attach, session_socket_detach
 from chat.models import ChatSession
 from geosense import wire
 from geosense.throttle import TokenBucket
@@ -27,6 +28,9 @@ from tools.client import (
     TOOLS_PER_SOCKET_MAX,
     WENT_AWAY,
     ClientTool,
+    client_socket_attach,
+    client_socket_detach,
+    client_tool_answer_send,
     client_tools_declare,
 )
 from tools.registry import backend_tool_names
@@ -83,6 +87,15 @@ def _unregister(*, channel_name: str) -> None:
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     """Dispatches each client frame on its `type`; group and layer messages by their name."""
 
+    async def dispatch(self, message: dict) -> None:
+        """Channels' dispatch without its thread hop: it closes stale database connections in
+        a worker thread before every handler (twice per client-tool call); every ORM call of
+        this consumer goes through `database_sync_to_async`, which does that itself."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"no handler for message type {message['type']}")
+        await handler(message)
+
     async def connect(self) -> None:
         self.session_id: uuid.UUID | None = None
         self.tools: list[ClientTool] = []
@@ -112,8 +125,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         if not self.authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        # Invokes from turns of this process come straight here, not through the layer.
+        client_socket_attach(
+            self.channel_name, invoke=self.client_tool_invoke, forget=self.client_tool_forget
+        )
 
     async def disconnect(self, code: int) -> None:
+        client_socket_detach(self.channel_name)
         if getattr(self, "expiry", None) is not None:
             self.expiry.cancel()
         for group in getattr(self, "auth_groups", []):
@@ -122,13 +141,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         for correlation_id, reply_to in calls.items():
             # Answered at once: the engine must not sit out its time-out for a closed tab.
             with contextlib.suppress(Exception):
-                await self.channel_layer.send(
+                await client_tool_answer_send(
                     reply_to,
                     wire.client_tool_failure_message(
                         correlation_id=correlation_id, failure=WENT_AWAY
                     ),
                 )
         if getattr(self, "session_id", None) is not None:
+            session_socket_detach(self.session_id, self.channel_name)
             await self.channel_layer.group_discard(
                 session_group(self.session_id), self.channel_name
             )
@@ -172,10 +192,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return await self.error(404, "session not found")
         if self.session_id != session.pk:
             if self.session_id is not None:
+                session_socket_detach(self.session_id, self.channel_name)
                 await self.channel_layer.group_discard(
                     session_group(self.session_id), self.channel_name
                 )
             await self.channel_layer.group_add(session_group(session.pk), self.channel_name)
+            session_socket_attach(session.pk, self.channel_name, self.turn_event)
             self.session_id = session.pk
             if self.tools:
                 # The tools belong to the tab, not the session: they follow it to the new one.
@@ -236,7 +258,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                     correlation_id=correlation_id,
                     failure=f"The client's answer was refused: {problem}.",
                 )
-        await self.channel_layer.send(reply_to, answer)
+        await client_tool_answer_send(reply_to, answer)
 
     handlers = {
         wire.SESSION_BIND: session_bind,
@@ -247,6 +269,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     # --- channel-layer messages (geosense.wire): one method per message type ----------------
 
     async def turn_event(self, message: wire.TurnEventMessage) -> None:
+        if self.channel_name in message.get("delivered", ()):
+            return  # handed over directly by a turn of this process (chat/events.py)
         await self.send_json(wire.event_frame(message))
 
     async def client_tool_invoke(self, message: wire.ClientToolInvokeMessage) -> None:

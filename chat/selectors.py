@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Prefetch
+from django.db.models import Count, Prefetch, Q
 from django.db.models.fields.json import KT
 from django.urls import reverse
 
@@ -15,6 +15,7 @@ from geosense.wire import ApprovalData, DecisionData, MessageData
 from tools.client import ClientTool, ClientToolset
 from tools.registry import backend_tool
 
+from . import processes
 from .agents.base import AttachedContext, UserRequest
 from .history import image_data_url
 from .models import (
@@ -236,10 +237,14 @@ def calls_without_result(*, message: Message) -> list[dict[str, Any]]:
     return [call for call in message.tool_calls if call["id"] not in answered]
 
 
-def client_tool_answers_in_turn(*, session_id: object, turn: int, name: str) -> int:
-    return Message.objects.filter(
-        session_id=session_id, turn=turn, role=Message.Role.TOOL, tool_name=name
-    ).count()
+def tool_answers_in_turn(*, session_id: object, turn: int) -> dict[str, int]:
+    """How many results each tool name has in this turn of the session."""
+    return dict(
+        Message.objects.filter(session_id=session_id, turn=turn, role=Message.Role.TOOL)
+        .values("tool_name")
+        .annotate(n=Count("id"))
+        .values_list("tool_name", "n")
+    )
 
 
 def message_of_session(*, session_id: object, message_id: int) -> Message:
@@ -251,15 +256,24 @@ def session_allows_backend_tools(*, session_id: object) -> bool:
 
 
 def client_toolset_of_session(*, session_id: object) -> ClientToolset | None:
-    """The tools of the session's most recently registered socket (a tab), or None."""
-    registration = (
-        ClientToolRegistration.objects.filter(session_id=session_id).order_by("-updated").first()
-    )
+    """The tools of the session's most recently registered socket (a tab), or None.
+
+    A socket of a process that stopped heartbeating is nobody's (chat/processes.py): its tools
+    are not offered, and no call waits for it.
+    """
+    registrations = ClientToolRegistration.objects.filter(session_id=session_id)
+    if processes.heartbeats_on():
+        registrations = registrations.filter(
+            Q(process=processes.PROCESS_ID) | Q(process__in=processes.process_live_ids())
+        )
+    registration = registrations.order_by("-updated").first()
     if registration is None:
         return None
     tools = [ClientTool.from_declaration(item) for item in registration.tools]
     return ClientToolset(
-        channel_name=registration.channel_name, tools={tool.name: tool for tool in tools}
+        channel_name=registration.channel_name,
+        tools={tool.name: tool for tool in tools},
+        elsewhere=registration.process != processes.PROCESS_ID,
     )
 
 

@@ -179,9 +179,15 @@ def tool_result_store(
     tool_name: str,
     content: dict[str, Any] | str,
     is_error: bool = False,
+    lease_renew: bool = False,
 ) -> Message:
-    """Store the one result of a call; a second result for the same call is never written."""
+    """Store the one result of a call; a second result for the same call is never written.
+
+    `lease_renew`: the running turn's claim is renewed with it (one trip to the database
+    thread per call, not two)."""
     text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+    if lease_renew:
+        session_lease_renew(session_id=session_id)
     try:
         with transaction.atomic():
             return Message.objects.create(
@@ -271,9 +277,14 @@ def client_tools_register(*, channel_name: str, session_id, tools: Sequence[Clie
     if not tools:
         client_tools_unregister(channel_name=channel_name)
         return
+    processes.process_start()
     ClientToolRegistration.objects.update_or_create(
         channel_name=channel_name,
-        defaults={"session_id": session_id, "tools": [tool.declaration() for tool in tools]},
+        defaults={
+            "session_id": session_id,
+            "tools": [tool.declaration() for tool in tools],
+            "process": processes.PROCESS_ID,
+        },
     )
 
 

@@ -347,6 +347,9 @@ class TurnRunner:
     agent: Agent
     # The stored draft of the step that just streamed (`_ask`), completed by its message.
     draft_id: int | None = None
+    # Results stored in this turn per tool name (the per-turn bound of client tools), read
+    # from the database at the first client call, then counted as results are stored.
+    answers: dict[str, int] | None = None
 
     @property
     def session_id(self) -> Any:
@@ -573,7 +576,6 @@ class TurnRunner:
             if await self._answer_call(message, call, toolset) is CallOutcome.PAUSED:
                 await self._emit_message(message.pk)
                 return CallOutcome.PAUSED
-            await in_thread(services.session_lease_renew)(session_id=self.session_id)
         return CallOutcome.ANSWERED
 
     async def _answer_call(
@@ -601,6 +603,7 @@ class TurnRunner:
     async def _store_and_report(
         self, call: wire.StoredToolCall, arguments: dict[str, Any], run: ToolRun
     ) -> CallOutcome:
+        # One thread hop: the result, and the claim renewed after the call.
         await in_thread(services.tool_result_store)(
             session_id=self.session_id,
             turn=self.turn,
@@ -608,7 +611,10 @@ class TurnRunner:
             tool_name=call["name"],
             content=run.content,
             is_error=not run.ok,
+            lease_renew=True,
         )
+        if self.answers is not None:
+            self.answers[call["name"]] = self.answers.get(call["name"], 0) + 1
         tool = backend_tool(call["name"])
         if tool is not None:
             await self.sink.emit(
@@ -683,9 +689,11 @@ class TurnRunner:
                 summary=tool.summary_of(arguments),
             )
         )
-        answered = await in_thread(selectors.client_tool_answers_in_turn)(
-            session_id=self.session_id, turn=self.turn, name=tool.name
-        )
+        if self.answers is None:  # read once per turn, then counted here
+            self.answers = await in_thread(selectors.tool_answers_in_turn)(
+                session_id=self.session_id, turn=self.turn
+            )
+        answered = self.answers.get(tool.name, 0)
         if answered >= CLIENT_TOOL_ANSWER_LIMIT:
             return await self._store_and_report(
                 call,
@@ -724,6 +732,7 @@ class TurnRunner:
             tool=tool,
             arguments=arguments,
             timeout=settings.GEOSENSE_CLIENT_TOOL_TIMEOUT,
+            elsewhere=toolset.elsewhere,
         )
         content = (
             answer.result

@@ -385,6 +385,8 @@ class TurnEventMessage(TypedDict):
     type: Literal["turn.event"]
     event: EventName
     data: EventData
+    # The sockets of the emitting process that already had it, handed over directly.
+    delivered: NotRequired[list[str]]
 
 
 def client_tool_invoke_message(
@@ -421,8 +423,11 @@ def client_tool_forget_message(correlation_id: str) -> ClientToolForgetMessage:
     return ClientToolForgetMessage(type=CLIENT_TOOL_FORGET, correlation_id=correlation_id)
 
 
-def turn_event_message(event: TurnEvent) -> TurnEventMessage:
-    return TurnEventMessage(type=TURN_EVENT, event=event.event, data=event.data)
+def turn_event_message(event: TurnEvent, *, delivered: list[str] | None = None) -> TurnEventMessage:
+    message = TurnEventMessage(type=TURN_EVENT, event=event.event, data=event.data)
+    if delivered:
+        message["delivered"] = delivered
+    return message
 
 
 class HealthPingMessage(TypedDict):

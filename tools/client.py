@@ -16,7 +16,7 @@ import logging
 import re
 import uuid
 import weakref
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
@@ -325,10 +325,16 @@ def client_tools_declare(declared: Sequence[object], *, backend_names: Collectio
 
 @dataclass(frozen=True)
 class ClientToolset:
-    """The tools one socket of a session offers, and the channel that reaches it."""
+    """The tools one socket of a session offers, and the channel that reaches it.
+
+    `elsewhere`: the socket is held by another process (reached through the channel layer);
+    when False it is this process's, and a socket of this process that is no longer attached
+    here (`client_socket_attach`) has gone: a call to it fails at once.
+    """
 
     channel_name: str
     tools: dict[str, ClientTool]
+    elsewhere: bool = True
 
 
 @dataclass(frozen=True)
@@ -336,6 +342,52 @@ class ClientAnswer:
     ok: bool
     result: dict | None  # when ok
     error: str | None  # readable text for the model when not ok
+
+
+# --- same-process delivery -------------------------------------------------------------------
+# A socket and the turn that calls its tool usually share a process: the invoke, the answer
+# and the forget are then handed over on the event loop, not published through the channel
+# layer (a Redis round trip each way). The messages are the same `geosense.wire` dicts.
+
+Deliver = Callable[[dict], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class _Attached:
+    loop: asyncio.AbstractEventLoop
+    invoke: Deliver
+    forget: Deliver
+
+
+_attached: dict[str, _Attached] = {}
+
+
+def client_socket_attach(channel_name: str, *, invoke: Deliver, forget: Deliver) -> None:
+    """A socket of this process takes its invokes and forgets directly (until detached)."""
+    _attached[channel_name] = _Attached(
+        loop=asyncio.get_running_loop(), invoke=invoke, forget=forget
+    )
+
+
+def client_socket_detach(channel_name: str) -> None:
+    _attached.pop(channel_name, None)
+
+
+def _attached_here(channel_name: str) -> _Attached | None:
+    attached = _attached.get(channel_name)
+    if attached is None or attached.loop is not asyncio.get_running_loop():
+        return None
+    return attached
+
+
+async def client_tool_answer_send(reply_to: str, message: dict) -> None:
+    """Send a socket's answer (or failure) to the engine that waits for it: directly when the
+    engine waits in this process, else through the channel layer."""
+    replies = _replies_by_loop.get(asyncio.get_running_loop())
+    if replies is not None and replies.channel == reply_to:
+        _route(replies, message)
+        return
+    await get_channel_layer().send(reply_to, message)
 
 
 @dataclass
@@ -374,15 +426,18 @@ async def _replies() -> _Replies:
     return replies
 
 
+def _route(replies: _Replies, message: dict) -> None:
+    if message.get("type") != CLIENT_TOOL_ANSWER:
+        return
+    waiter = replies.waiting.pop(str(message.get("correlation_id")), None)
+    if waiter is not None and not waiter.done():
+        waiter.set_result(message)
+
+
 async def _pump(layer, replies: _Replies) -> None:
     try:
         while True:
-            message = await layer.receive(replies.channel)
-            if message.get("type") != CLIENT_TOOL_ANSWER:
-                continue
-            waiter = replies.waiting.pop(str(message.get("correlation_id")), None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(message)
+            _route(replies, await layer.receive(replies.channel))
     finally:
         # Whoever still waits hears it at once instead of at its deadline.
         for waiter in replies.waiting.values():
@@ -393,8 +448,10 @@ async def _pump(layer, replies: _Replies) -> None:
 
 def _forget_later(layer, channel_name: str, correlation_id: str) -> None:
     """Tell the socket to drop a call the engine no longer awaits (best effort, not awaited)."""
+    message = client_tool_forget_message(correlation_id)
+    attached = _attached_here(channel_name)
     task = asyncio.ensure_future(
-        layer.send(channel_name, client_tool_forget_message(correlation_id))
+        attached.forget(message) if attached else layer.send(channel_name, message)
     )
     _background.add(task)
     task.add_done_callback(_background.discard)
@@ -432,12 +489,18 @@ async def client_tool_request(
     tool: ClientTool,
     arguments: dict,
     timeout: float,  # noqa: ASYNC109
+    elsewhere: bool = True,
 ) -> ClientAnswer:
-    """Invoke a blocking tool on the socket `channel_name` (any process) and await its answer.
+    """Invoke a blocking tool on the socket `channel_name` and await its answer.
 
-    Answers within `timeout` seconds whatever the page does. Cancelling the caller leaves
-    nothing waiting here and tells the socket to forget the call.
+    A socket attached in this process gets the invoke directly; one held `elsewhere` through
+    the channel layer; one that should be here but is not (it closed) fails at once. Answers
+    within `timeout` seconds whatever the page does. Cancelling the caller leaves nothing
+    waiting here and tells the socket to forget the call.
     """
+    attached = _attached_here(channel_name)
+    if attached is None and not elsewhere:
+        return ClientAnswer(ok=False, result=None, error=WENT_AWAY)
     layer = get_channel_layer()
     replies = await _replies()
     correlation_id = uuid.uuid4().hex
@@ -452,7 +515,10 @@ async def client_tool_request(
     )
     try:
         try:
-            await layer.send(channel_name, invoke)
+            if attached is not None:
+                await attached.invoke(invoke)
+            else:
+                await layer.send(channel_name, invoke)
         except Exception:  # a full channel or a layer that is down: the socket never sees it
             logger.warning("could not send a client-tool invoke to %s", channel_name, exc_info=True)
             answered = True  # nothing reached the socket, so there is nothing to forget

@@ -1,0 +1,142 @@
+"""The path of a client-tool call (issue 15, items 5 and 8): a socket nobody holds any more is
+never waited for, a socket of the turn's own process is reached without the channel layer or
+a thread hop, and the database is visited once per served call."""
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+from channels.layers import get_channel_layer
+from django.utils import timezone
+
+from chat import processes, selectors, services
+from chat.models import ClientToolRegistration, ServerProcess
+from tests.chat.test_consumer_turns import (
+    frames_until,
+    is_invoke,
+    is_turn_end,
+    last_tool_result,
+    start_turn,
+    tab,
+)
+from tests.client_tools import LOCATION
+from tools.client import WENT_AWAY
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+
+async def registered_elsewhere(caller, *, process: uuid.UUID) -> None:
+    await ClientToolRegistration.objects.acreate(
+        channel_name=f"specific.gone!{uuid.uuid4().hex}",
+        session=caller.session,
+        tools=[LOCATION],
+        process=process,
+    )
+
+
+async def test_a_socket_of_this_process_that_is_gone_fails_its_call_at_once(
+    client, trusted_caller, openai_agent, settings
+):
+    # Long enough that a call waiting for its time-out shows in the result, not the clock.
+    settings.GEOSENSE_CLIENT_TOOL_TIMEOUT = 3
+    await registered_elsewhere(trusted_caller, process=processes.PROCESS_ID)
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    openai_agent.reply_text("Your tab is gone.")
+    out = await start_turn(client, trusted_caller, "where am I?")
+    assert out.names()[-1] == "turn_end"
+    assert WENT_AWAY in last_tool_result(openai_agent, 1)
+
+
+async def test_the_socket_of_a_dead_process_is_nobodys(
+    client, trusted_caller, openai_agent, settings, monkeypatch
+):
+    monkeypatch.setattr(processes, "_started", True)
+    settings.GEOSENSE_PROCESS_HEARTBEAT = 1.0
+    settings.GEOSENSE_CLIENT_TOOL_TIMEOUT = 3
+    dead = await ServerProcess.objects.acreate(
+        id=uuid.uuid4(), host="elsewhere", pid=1, heartbeat=timezone.now() - timedelta(seconds=30)
+    )
+    await registered_elsewhere(trusted_caller, process=dead.pk)
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    openai_agent.reply_text("No location.")
+    out = await start_turn(client, trusted_caller, "where am I?")
+    assert out.names()[-1] == "turn_end"
+    assert "location_get" not in {
+        t["function"]["name"] for t in openai_agent.requests[0].get("tools", [])
+    }
+    assert "There is no tool named 'location_get'" in last_tool_result(openai_agent, 1)
+
+
+async def test_a_served_call_in_one_process_crosses_no_channel_layer_and_no_thread_hop(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    layer = get_channel_layer()
+    sent, hops = [], []
+    real_send = layer.send
+
+    async def counted_send(channel, message):
+        sent.append(message["type"])
+        await real_send(channel, message)
+
+    async def counted_hop():
+        hops.append(1)
+
+    monkeypatch.setattr(layer, "send", counted_send)
+    monkeypatch.setattr("channels.consumer.aclose_old_connections", counted_hop)
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    openai_agent.reply_text("You are near the park.")
+    ws = await tab(trusted_caller, [LOCATION])
+    turn = start_turn(client, trusted_caller, "where am I?")
+    frames = await frames_until(ws, is_invoke)
+    assert [f.get("event") for f in frames] == ["turn_start", "client_tool_call", None]
+    await ws.send_json_to(
+        {
+            "type": "client-tool-result",
+            "correlationId": frames[-1]["correlationId"],
+            "result": {"status": "GRANTED"},
+        }
+    )
+    out = await turn
+    assert json.loads(last_tool_result(openai_agent, 1)) == {"status": "GRANTED"}
+    assert out.names()[-1] == "turn_end"
+    await frames_until(ws, is_turn_end)
+    await ws.disconnect()
+    assert not [t for t in sent if t.startswith("client.tool")]
+    assert hops == []
+
+
+async def test_the_answers_of_a_turn_are_counted_once_and_the_lease_renewed_with_each_result(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    counted, renewed = [], []
+    real_count, real_renew = selectors.tool_answers_in_turn, services.session_lease_renew
+    monkeypatch.setattr(
+        selectors,
+        "tool_answers_in_turn",
+        lambda **kw: counted.append(1) or real_count(**kw),
+    )
+    monkeypatch.setattr(
+        services,
+        "session_lease_renew",
+        lambda **kw: renewed.append(1) or real_renew(**kw),
+    )
+    openai_agent.reply_tool_calls([("c1", "location_get", {}), ("c2", "location_get", {})])
+    openai_agent.reply_text("Twice.")
+    ws = await tab(trusted_caller, [LOCATION])
+    turn = start_turn(client, trusted_caller, "where am I?")
+    for _ in range(2):
+        invoke = (await frames_until(ws, is_invoke))[-1]
+        await ws.send_json_to(
+            {
+                "type": "client-tool-result",
+                "correlationId": invoke["correlationId"],
+                "result": {"status": "GRANTED"},
+            }
+        )
+    out = await turn
+    assert out.names()[-1] == "turn_end"
+    await ws.disconnect()
+    assert counted == [1]
+    # Two steps renew the claim before asking the model; each result renews it as it is stored.
+    assert len(renewed) == 2 + 2
