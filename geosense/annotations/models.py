@@ -102,3 +102,16 @@ def _announce(token: str) -> None:
         async_to_sync(layer.group_send)(
             wire.ANNOTATIONS_GROUP, wire.annotations_changed_message(token)
         )
+
+
+class DemoArea(models.Model):
+    """The demo neighbourhood `seed_demo` made last: its blocks (i, j, kind), from which the
+    map's quiet base layer draws the blocks, lots and parks (`base.py`). One row at most."""
+
+    seed = models.IntegerField()
+    annotations = models.IntegerField()
+    blocks = models.JSONField(default=list)
+    created = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"demo area of {self.annotations} annotations (seed {self.seed})"

@@ -31,9 +31,11 @@ import mapbox_vector_tile
 import numpy as np
 import shapely
 
+from .base import base_shapes, demo_blocks
 from .index import ClassIndex, SpatialIndex, spatial_index
 
 LAYER = "annotations"
+BASE_LAYER = "base"
 EXTENT = 4096
 BUFFER = 64  # tile units drawn beyond each edge, so that lines and outlines meet at seams
 TILE_PIXELS = 512
@@ -221,14 +223,17 @@ def _etag(index: SpatialIndex, z: int, x: int, y: int, selections: list[_Selecti
 def _render(index: SpatialIndex, z: int, x: int, y: int, selections: list[_Selection]) -> bytes:
     """The gzip-compressed tile; below EXACT_ZOOM, coarser until it fits MAX_TILE_BYTES."""
     pixel = 1.0
+    base = _base_features(index, z, x, y)
     while True:
         features = []
         for selection in selections:
             features.extend(_features(index, z, x, y, selection, pixel))
+        layers = [{"name": LAYER, "features": features}]
+        if base:
+            layers.append({"name": BASE_LAYER, "features": base})
         data = gzip.compress(
             mapbox_vector_tile.encode(
-                [{"name": LAYER, "features": features}],
-                default_options={"y_coord_down": True, "extents": EXTENT},
+                layers, default_options={"y_coord_down": True, "extents": EXTENT}
             ),
             compresslevel=6,
             mtime=0,
@@ -236,6 +241,29 @@ def _render(index: SpatialIndex, z: int, x: int, y: int, selections: list[_Selec
         if len(data) <= MAX_TILE_BYTES or z >= EXACT_ZOOM:
             return data
         pixel *= 4
+
+
+def _base_features(index: SpatialIndex, z: int, x: int, y: int) -> list[dict[str, Any]]:
+    """The demo's blocks, parks and lots in the tile (`base.py`), as `kind` features."""
+    if "demo_blocks" not in index.memo:
+        index.memo["demo_blocks"] = demo_blocks()
+    west, south, east, north = tile_bounds(z, x, y)
+    pad = (east - west) * BUFFER / EXTENT
+    (w, s), (e, n) = _lonlat(west - pad, south - pad), _lonlat(east + pad, north + pad)
+    shapes = base_shapes(index.memo["demo_blocks"], (w, s, e, n), z)
+    if not shapes:
+        return []
+    units = EXTENT / (east - west)
+    in_tile = shapely.transform(
+        shapely.transform(np.array([shape for _, shape in shapes], dtype=object), mercator),
+        lambda c: np.column_stack([(c[:, 0] - west) * units, (north - c[:, 1]) * units]),
+    )
+    in_tile = shapely.clip_by_rect(in_tile, -BUFFER, -BUFFER, EXTENT + BUFFER, EXTENT + BUFFER)
+    return [
+        {"geometry": geom, "properties": {"kind": kind}}
+        for (kind, _), geom in zip(shapes, in_tile, strict=True)
+        if not geom.is_empty
+    ]
 
 
 def _features(

@@ -1,7 +1,12 @@
 import pytest
 
 from geosense.annotations.models import Annotation
-from geosense.annotations.selectors import annotation_counts, annotation_list, annotations_similar
+from geosense.annotations.selectors import (
+    annotation_counts,
+    annotation_list,
+    annotations_similar,
+    annotations_within_distance,
+)
 from geosense.annotations.services import (
     GeoJSONImportError,
     annotation_create,
@@ -81,9 +86,27 @@ def test_seed_with_a_showcase_pool_at_index_25_on_a_fresh_table():
     assert len(annotations_similar(samples=[(showcase.pk, None)], k=20)) == 20
 
 
-def test_seed_refuses_more_than_200000_annotations():
-    with pytest.raises(ValueError, match="200000"):
-        demo_seed(annotations=200_001)
+def test_seed_refuses_more_than_a_million_annotations():
+    with pytest.raises(ValueError, match="1000000"):
+        demo_seed(annotations=1_000_001)
+
+
+def test_trees_within_20_m_of_a_house_are_some_of_the_trees_not_all():
+    """The showcase query of the README picks out a meaningful subset (issue 16, item 18):
+    parks, wooded lots and sparse streets hold trees far from any house."""
+    demo_seed(annotations=2000, seed=0)
+
+    trees = annotation_counts()["tree"]
+    near = annotations_within_distance(source="tree", target="house", distance_m=20)
+    settings = {t.attributes["setting"] for t in annotation_list(category="tree")}
+
+    assert 0.3 * trees < len(near.source_ids) < 0.85 * trees
+    assert {"park", "wood", "garden", "street"} <= settings
+
+
+def test_a_seed_of_a_million_is_refused_only_above_it():
+    with pytest.raises(ValueError, match="between 0 and 1000000"):
+        demo_seed(annotations=-1)
 
 
 def collection(*features):

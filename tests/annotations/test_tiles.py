@@ -236,3 +236,20 @@ def test_lines_carry_their_length(logged_in):
         "class": "road",
         "length_m": round(road.length_m, 2),
     }
+
+
+def test_the_demo_draws_its_blocks_parks_and_lots_as_a_base_layer(logged_in, neighbourhood):
+    def base(z: int, lon: float, lat: float) -> list[str]:
+        x, y = tile_of(lon, lat, z)
+        response = logged_in.get(f"/tiles/annotations/{z}/{x}/{y}.mvt")
+        layers = mapbox_vector_tile.decode(gzip.decompress(response.content))
+        return [f["properties"]["kind"] for f in layers.get("base", {"features": []})["features"]]
+
+    # Block (-1, 0) is a park: 268 m west of the centre.
+    park_lon = -118.5214 - 268 / (111_320 * math.cos(math.radians(34.1566)))
+    close = base(16, -118.5214, 34.1566)
+    assert "lot" in close and "block" in close
+    assert "park" in base(16, park_lon, 34.1566)
+    far = base(13, -118.5214, 34.1566)
+    assert "lot" not in far and {"block", "park"} <= set(far)
+    assert base(10, -118.5214, 34.1566) == []
