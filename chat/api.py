@@ -39,6 +39,7 @@ from .turns import (
     turn_launch,
     turn_prepare,
 )
+from .usage import TurnUnaffordable
 
 KEEPALIVE_SECONDS = 15.0
 # The page's find-similar block is free (the reader's own action on a block the agent
@@ -56,6 +57,7 @@ REFUSALS: tuple[tuple[type[Exception], int], ...] = (
     (PauseNotFound, 404),
     (PauseConflict, 409),
     (services.SessionBusy, 409),
+    (TurnUnaffordable, 402),
     (TurnUnavailable, 503),
 )
 

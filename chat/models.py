@@ -15,6 +15,7 @@ from outside go through the NUL-free fields of geosense/fields.py (PostgreSQL re
 import uuid
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import models
 from django.db.models import F
 from django.db.models.functions import MD5
@@ -222,3 +223,39 @@ class ServerProcess(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host}:{self.pid}"
+
+
+class TurnUsage(models.Model):
+    """The model tokens one turn used, as its server reported them, and the credits they cost
+    (chat/usage.py). One row per turn; a resumed turn adds to it."""
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="usages")
+    # The session's owner, kept here so the totals per user are one indexed aggregate.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="turn_usages"
+    )
+    turn = models.PositiveIntegerField()
+    requests = models.PositiveIntegerField(default=0, help_text="requests that reported usage")
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    credits = models.PositiveIntegerField(default=0, help_text="charged through the ledger")
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "turn"], name="one_usage_per_turn")
+        ]
+
+    def __str__(self) -> str:
+        return f"turn {self.turn}: {self.prompt_tokens} + {self.completion_tokens} tokens"
+
+
+class UserModelUsage(User):
+    """The users, seen in the admin for what their turns used of the model (no table)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "model usage per user"
+        verbose_name_plural = "model usage per user"

@@ -42,13 +42,14 @@ from tools.registry import (
 )
 from tools.schemas import arguments_decode
 
-from . import approvals, selectors, services
+from . import approvals, selectors, services, usage
 from .agents import (
     AgentContext,
     AgentError,
     TextDelta,
     Thinking,
     ToolCallRequest,
+    Usage,
     UserRequest,
     agent_configured,
 )
@@ -252,6 +253,7 @@ def _prepare_sync(*, session_id: Any, user: Any, request: TurnRequest) -> Prepar
         request = NewMessage(text=request.text, contexts=_contexts_checked(request.contexts))
         if not request.text.strip():
             raise TurnRequestInvalid("text must not be empty")
+        usage.turn_affordable_check(user=user)
     services.session_claim(session_id=session_id)
     try:
         if isinstance(request, NewMessage):
@@ -471,6 +473,11 @@ class TurnRunner:
 
     async def _loop(self) -> None:
         for _ in range(MAX_STEPS):
+            if usage.tokens_priced() and not await in_thread(usage.turn_may_continue)(
+                user=self.prepared.user
+            ):
+                await self._fail(usage.CREDITS_RAN_OUT)
+                return
             await in_thread(services.session_lease_renew)(session_id=self.session_id)
             toolset = await self._toolset()
             specs = [t.openai_spec() for t in backend_tools()]
@@ -551,6 +558,13 @@ class TurnRunner:
                 elif isinstance(chunk, Thinking):
                     if stream:
                         await self.sink.emit(wire.backend_thinking(chunk.text))
+                elif isinstance(chunk, Usage):
+                    await in_thread(usage.usage_record)(
+                        session_id=self.session_id,
+                        turn=self.turn,
+                        prompt_tokens=chunk.prompt_tokens,
+                        completion_tokens=chunk.completion_tokens,
+                    )
                 else:
                     calls.append(chunk)
         except BaseException:

@@ -11,6 +11,7 @@ from .base import (
     TextDelta,
     Thinking,
     ToolCallRequest,
+    Usage,
     UserRequest,
 )
 
@@ -23,6 +24,7 @@ __all__ = [
     "TextDelta",
     "Thinking",
     "ToolCallRequest",
+    "Usage",
     "UserRequest",
     "agent_configured",
 ]

@@ -24,7 +24,16 @@ class ToolCallRequest:
     arguments: str  # the model's JSON text, validated by the engine
 
 
-AgentChunk = TextDelta | Thinking | ToolCallRequest
+@dataclass(frozen=True)
+class Usage:
+    """Tokens the server reported for one request (the last report of the stream wins); the
+    engine records them per turn and charges them (chat/usage.py)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+
+AgentChunk = TextDelta | Thinking | ToolCallRequest | Usage
 
 
 class AgentError(Exception):

@@ -130,8 +130,7 @@ class OpenAIAgent:
         for item in parser.close(done=done):
             if isinstance(item, Usage):
                 self.usage = item
-            else:
-                yield item
+            yield item
         if parser.finish_reason not in (None, "stop", "tool_calls", "function_call"):
             logger.warning("the model's answer ended with finish_reason=%s", parser.finish_reason)
 

@@ -21,20 +21,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import AgentError, TextDelta, Thinking, ToolCallRequest
+from .base import AgentError, TextDelta, Thinking, ToolCallRequest, Usage
 
 DONE = "[DONE]"
 THINKING_FLUSH_CHARS = 2000
 _LEGACY_FUNCTION_INDEX = -1  # `delta.function_call` of the deprecated functions API
 _PARAGRAPH_RE = re.compile(r"\n[ \t]*\n")
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Tokens the server reported for one request (the last report of the stream wins)."""
-
-    prompt_tokens: int
-    completion_tokens: int
 
 
 StreamItem = TextDelta | Thinking | ToolCallRequest | Usage

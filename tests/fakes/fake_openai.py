@@ -93,6 +93,8 @@ class FakeOpenAI:
     """The server plus its script. Start once per test session; `reset()` between tests."""
 
     default_text: str = DEFAULT_TEXT
+    # What the usage chunk of each streamed answer reports: (prompt, completion) tokens.
+    usage: tuple[int, int] = (1, 1)
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(
         default_factory=list
@@ -120,6 +122,7 @@ class FakeOpenAI:
             self.requests.clear()
             self.headers.clear()
             self.default_text = DEFAULT_TEXT
+            self.usage = (1, 1)
 
     @property
     def base_url(self) -> str:
@@ -263,7 +266,7 @@ class _Handler(BaseHTTPRequestHandler):
                         self._event(chunk.make({"tool_calls": [part]}))
         self._event(chunk.make({}, finish_reason=finish))
         if (body.get("stream_options") or {}).get("include_usage"):
-            self._event(chunk.usage())
+            self._event(chunk.usage(*self.owner.usage))
         self._write_chunk(b"data: [DONE]\n\n")
         self._write_chunk(b"")
 
@@ -354,6 +357,10 @@ class _ChunkMaker:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         return {**self._base(), "choices": [choice]}
 
-    def usage(self) -> dict[str, Any]:
-        usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    def usage(self, prompt: int = 1, completion: int = 1) -> dict[str, Any]:
+        usage = {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
         return {**self._base(), "choices": [], "usage": usage}
