@@ -476,7 +476,7 @@ class TurnRunner:
             if usage.tokens_priced() and not await in_thread(usage.turn_may_continue)(
                 user=self.prepared.user
             ):
-                await self._fail(usage.CREDITS_RAN_OUT)
+                await self._note(usage.CREDITS_RAN_OUT)
                 return
             await in_thread(services.session_lease_renew)(session_id=self.session_id)
             toolset = await self._toolset()
