@@ -31,6 +31,12 @@ from chat.processes import process_start  # noqa: E402
 # crash and a restart, sessions take new turns at once (chat/processes.py).
 process_start()
 
+if settings.GEOSENSE_INDEX_WARM:
+    from geosense.annotations.index import spatial_index_warm
+    from geosense.annotations.tiles import tiles_warm
+
+    spatial_index_warm(also=tiles_warm)
+
 application = ProtocolTypeRouter(
     {
         "http": http_application,

@@ -284,6 +284,10 @@ GEOSENSE_CREDITS_PER_1K_TOKENS = (
     _env_number("GEOSENSE_CREDITS_PER_1K_TOKENS", float, low=0, high=1_000_000) or 0.0
 )
 GEOSENSE_CLIENT_TOOL_TIMEOUT = float(os.environ.get("GEOSENSE_CLIENT_TOOL_TIMEOUT", "30"))
+# Build the in-process spatial index (and the tiles' shapes) as the process starts, in a thread,
+# so that the first question or map after a start does not wait for it (geosense/annotations/
+# index.py); off: on first use.
+GEOSENSE_INDEX_WARM = _env_bool("GEOSENSE_INDEX_WARM", default=True)
 # Threads (and so database connections) the turn engine's ORM work shares in one process, however
 # many turns run (geosense/dbpool.py). SQLite takes one writer at a time: one thread, which never
 # waits for the file's lock; PostgreSQL: a few.

@@ -12,6 +12,9 @@ import os
 os.environ["GEOSENSE_ENV_FILE"] = ""
 os.environ.setdefault("SECRET_KEY", "test-secret")
 os.environ.setdefault("DEBUG", "1")
+# No index built behind a test's back when geosense.asgi is imported (its tests' databases are
+# not yet there); the live servers of the browser tests inherit this.
+os.environ.setdefault("GEOSENSE_INDEX_WARM", "0")
 # A developer's own model server must never be called by the suite: tests that want the
 # openai agent point it at the fake server explicitly.
 for _name in [n for n in os.environ if n == "GEOSENSE_AGENT" or n.startswith("GEOSENSE_LLM_")]:

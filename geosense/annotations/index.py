@@ -10,11 +10,13 @@ follow deletions and restores without another read.
 """
 
 import gc
+import logging
 import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 import shapely
+from django.db import connection
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
@@ -195,6 +197,7 @@ class SpatialIndex:
         return nearest_point_distances(self.projection, a, b)
 
 
+logger = logging.getLogger(__name__)
 PLANE_TOLERANCE = 1e-4
 _lock = threading.Lock()
 _cached: SpatialIndex | None = None
@@ -215,6 +218,26 @@ def spatial_index() -> SpatialIndex:
             else:
                 _cached = _spatial_index_build(revision, generation)
         return _cached
+
+
+def spatial_index_warm(*, also=None) -> threading.Thread:
+    """Build the index in a thread as the process starts (`GEOSENSE_INDEX_WARM`): a query that
+    comes meanwhile waits for it rather than building its own. `also(index)` runs after (the
+    tiles' shapes). A failure (no table yet) is logged: the first query builds it then."""
+
+    def build() -> None:
+        try:
+            index = spatial_index()
+            if also is not None:
+                also(index)
+        except Exception:
+            logger.exception("the spatial index could not be built at start")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=build, name="spatial-index-warm", daemon=True)
+    thread.start()
+    return thread
 
 
 def spatial_index_cached() -> SpatialIndex | None:

@@ -54,7 +54,10 @@ def _in_bbox(queryset: QuerySet[Annotation], bbox: BBox | None) -> QuerySet[Anno
 
 
 def annotation_counts(*, bbox: BBox | None = None) -> dict[str, int]:
-    """Live annotations per class."""
+    """Live annotations per class: over everything, from the index (kept per revision: every
+    turn's system prompt asks); within a bbox, counted by the database."""
+    if bbox is None:
+        return spatial_index().counts()
     rows = _in_bbox(Annotation.objects.all(), bbox).values("category").annotate(n=Count("id"))
     return {row["category"]: row["n"] for row in rows.order_by("category")}
 
@@ -101,15 +104,9 @@ def annotations_missing(*, ids: Sequence[int]) -> tuple[list[int], list[int]]:
 
 
 def annotation_areas(*, ids: Sequence[int]) -> dict[int, float]:
-    """id → geodesic area of live annotations, for attributes of large answers (no geometry read)."""
-    wanted = sorted(set(ids))
-    return {
-        pk: area
-        for start in range(0, len(wanted), ID_CHUNK)
-        for pk, area in Annotation.objects.filter(
-            id__in=wanted[start : start + ID_CHUNK]
-        ).values_list("id", "area_m2")
-    }
+    """id → geodesic area of live annotations, for attributes of large answers: read from the
+    index, which keeps every annotation's measures (an answer may name 100,000 ids)."""
+    return {pk: area for pk, (_, area, _) in spatial_index().measures_of(ids).items()}
 
 
 def annotation_list(

@@ -343,3 +343,9 @@ def tile_backend() -> TileBackend:
     if _backend is None:
         _backend = IndexTileBackend()
     return _backend
+
+
+def tiles_warm(index: SpatialIndex) -> None:
+    """Work out every class's Web Mercator shapes ahead of the first tile."""
+    for class_index in index.classes.values():
+        _mercator_of(class_index, index)

@@ -68,3 +68,18 @@ def test_a_write_of_content_rebuilds_the_index():
     second = spatial_index()
     assert second.generation != first.generation
     assert sum(second.counts().values()) == 400
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_warm_start_builds_the_index_and_the_tiles_shapes_before_the_first_query():
+    from geosense.annotations.tiles import tiles_warm
+
+    demo_seed(annotations=300, seed=0)
+    index_module._cached = None
+
+    index_module.spatial_index_warm(also=tiles_warm).join(timeout=60)
+
+    built = index_module.spatial_index_cached()
+    assert built is not None
+    assert spatial_index() is built
+    assert all("mercator" in c.derived for c in built.classes.values())
