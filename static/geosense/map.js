@@ -208,6 +208,8 @@ function screenPoint(map, id) {
  * @param {{fetch?: typeof fetch}} [options]
  */
 export function createAnnotationMap(element, { fetch = globalThis.fetch } = {}) {
+  // Start the tile worker now, while the tile JSON is on its way (not after the style is built).
+  maplibregl.prewarm();
   const data = createMapData({
     tilesUrl: element.dataset.tilesUrl || '/tiles/annotations.json',
     boxesUrl: element.dataset.boxesUrl || '/api/annotations/boxes',
