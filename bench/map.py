@@ -1,0 +1,294 @@
+"""The map in Chromium (software WebGL): the MapLibre map on vector tiles against the old
+Leaflet SVG map, on the same seeded database, in one run.
+
+    .venv/bin/python bench/map.py --db /tmp/map-2000.sqlite3 [--db /tmp/map-200000.sqlite3 …]
+        [--before /tmp/before-i17c] [--out bench-map.json]
+
+Each `--db` is a migrated SQLite file seeded by `manage.py seed_demo --annotations N --seed 1`.
+`--before` is a checkout of the commit before the WebGL map (`git worktree add
+/tmp/before-i17c d6b80ee`): its Daphne serves the same file, so both maps read the same data.
+For each database and each map (after, then before), in a fresh browser context:
+- first draw: navigation start → `window.geosenseMap.ready === true` (annotations drawn);
+- tile latency: every `/tiles/annotations/…` request (as Playwright's network events see it:
+  request start → response end; MapLibre fetches in its workers) over a tour of web zooms 12 to 19, three places per zoom, each visit waiting for the map
+  to settle; the tour runs twice: cold (empty HTTP cache) and warm (ETag revalidations, 304);
+- during a scripted pan and zoom (8 pans of 200 px, zoom in and out 3 levels, animated):
+  main-thread long tasks (PerformanceObserver 'longtask') and frame intervals (rAF);
+- the main thread's JS heap after the tour (CDP Runtime.getHeapUsage) and the largest tile
+  (encoded body bytes).
+The old map has no tiles: its "tiles" line stays empty, and its tour moves its one SVG layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",  # as the browser tests: WebGL falls back to SwiftShader (software)
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TOUR_ZOOMS = range(12, 20)
+PLACES = ((0.5, 0.5), (0.3, 0.35), (0.7, 0.65))
+
+# Installed before any page script: records when the map is ready, long tasks and frames.
+PROBE = """
+(() => {
+  window.__bench = { ready: null, longtasks: [], frames: [], recording: false };
+  const poll = setInterval(() => {
+    if (window.geosenseMap && window.geosenseMap.ready === true) {
+      window.__bench.ready = performance.now();
+      clearInterval(poll);
+    }
+  }, 5);
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      if (window.__bench.recording) window.__bench.longtasks.push(entry.duration);
+    }
+  }).observe({ type: 'longtask', buffered: false });
+  let last = null;
+  const frame = (now) => {
+    if (window.__bench.recording && last !== null) window.__bench.frames.push(now - last);
+    last = now;
+    requestAnimationFrame(frame);
+  };
+  requestAnimationFrame(frame);
+})();
+"""
+
+# Moves either map to web zoom `z` at a fraction (fx, fy) of the data's bounds, then waits.
+GO = """async ([z, fx, fy, bounds]) => {
+  const m = window.geosenseMap;
+  const [w, s, e, n] = bounds;
+  const lon = w + (e - w) * fx, lat = s + (n - s) * fy;
+  if (m.idle) {
+    m.map.jumpTo({ center: [lon, lat], zoom: z - 1 });
+    await m.idle();
+  } else {
+    m.map.setView([lat, lon], z, { animate: false });
+    await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  }
+}"""
+
+# A scripted pan and zoom, animated, the same for both maps.
+MOVE = """async () => {
+  const m = window.geosenseMap, map = m.map, gl = Boolean(m.idle);
+  const settle = () => gl ? m.idle() : new Promise((r) => setTimeout(r, 300));
+  window.__bench.recording = true;
+  for (let i = 0; i < 8; i += 1) {
+    const dx = i % 2 ? -200 : 200, dy = i % 4 < 2 ? 120 : -120;
+    if (gl) map.panBy([dx, dy], { duration: 400 }); else map.panBy([dx, dy], { duration: 0.4 });
+    await new Promise((r) => setTimeout(r, 450));
+    await settle();
+  }
+  for (const step of [1, 1, 1, -1, -1, -1]) {
+    if (gl) map.zoomTo(map.getZoom() + step, { duration: 400 }); else map.setZoom(map.getZoom() + step);
+    await new Promise((r) => setTimeout(r, 450));
+    await settle();
+  }
+  window.__bench.recording = false;
+  return { longtasks: window.__bench.longtasks, frames: window.__bench.frames };
+}"""
+
+
+class TileRequests:
+    """The tile requests of a context, as Playwright sees them (MapLibre fetches tiles in its
+    workers, whose requests the page's Resource Timing does not list): [ms, bytes, status]."""
+
+    def __init__(self, context) -> None:
+        self.entries: list[list[float]] = []
+        context.on("requestfinished", self._finished)
+
+    def _finished(self, request) -> None:
+        if "/tiles/annotations/" not in request.url:
+            return
+        timing = request.timing
+        response = request.response()
+        size = int(response.headers.get("content-length", 0)) if response else 0
+        if response and not size and response.status == 200:
+            size = request.sizes()["responseBodySize"]
+        self.entries.append([timing["responseEnd"], size, response.status if response else 0])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_daphne(checkout: Path, db: Path, port: int, log: Path) -> subprocess.Popen:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GEOSENSE_")},
+        "DJANGO_SETTINGS_MODULE": "geosense.settings",
+        "DEBUG": "1",
+        "SECRET_KEY": "bench-map",
+        "DATABASE_URL": f"sqlite:///{db}",
+        "GEOSENSE_ENV_FILE": "",
+        "PYTHONPATH": str(checkout),
+    }
+    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    process = subprocess.Popen(
+        [*command, "geosense.asgi:application"],
+        cwd=checkout,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    for _ in range(600):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return process
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"Daphne did not start: {log.read_text()[-2000:]}")
+
+
+def percentile(samples: list[float], fraction: float) -> float | None:
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def tile_figures(entries: list[list[float]]) -> dict:
+    times = [entry[0] for entry in entries]
+    return {
+        "tiles": len(entries),
+        "p50_ms": percentile(times, 0.5),
+        "p99_ms": percentile(times, 0.99),
+        "largest_bytes": max((entry[1] for entry in entries), default=None),
+    }
+
+
+def log_in(page, base: str) -> None:
+    page.goto(f"{base}/accounts/login/")
+    page.get_by_label("Username").fill("demo")
+    page.get_by_label("Password").fill("demo")
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url("**/chat/**")
+
+
+def measure_map(browser, base: str, bounds: list[float]) -> dict:
+    context = browser.new_context(bypass_csp=True, viewport={"width": 1280, "height": 800})
+    tiles = TileRequests(context)
+    page = context.new_page()
+    log_in(page, base)
+    page.add_init_script(PROBE)
+    page.goto(f"{base}/chat/")
+    page.wait_for_function("window.__bench && window.__bench.ready !== null", timeout=300_000)
+    first_draw = page.evaluate("window.__bench.ready")
+    tours = {}
+    for name in ("cold", "warm"):
+        tiles.entries.clear()
+        started = time.perf_counter()
+        for zoom in TOUR_ZOOMS:
+            for fx, fy in PLACES:
+                page.evaluate(GO, [zoom, fx, fy, bounds])
+        tours[name] = {
+            **tile_figures(tiles.entries),
+            "not_modified": sum(1 for entry in tiles.entries if entry[2] == 304),
+            "tour_s": time.perf_counter() - started,
+        }
+    page.evaluate(GO, [16, 0.5, 0.5, bounds])
+    moved = page.evaluate(MOVE)
+    cdp = context.new_cdp_session(page)
+    cdp.send("HeapProfiler.collectGarbage")
+    heap = cdp.send("Runtime.getHeapUsage")["usedSize"]
+    context.close()
+    frames = moved["frames"]
+    return {
+        "first_draw_ms": first_draw,
+        "tour": tours,
+        "long_tasks": len(moved["longtasks"]),
+        "longest_task_ms": max(moved["longtasks"], default=0),
+        "frame_p50_ms": percentile(frames, 0.5),
+        "frame_p99_ms": percentile(frames, 0.99),
+        "frames": len(frames),
+        "heap_mb": heap / 2**20,
+    }
+
+
+def data_bounds(db: Path) -> tuple[int, list[float]]:
+    with sqlite3.connect(db) as connection:
+        row = connection.execute(
+            "SELECT COUNT(*), MIN(min_lon), MIN(min_lat), MAX(max_lon), MAX(max_lat)"
+            " FROM annotations_annotation WHERE deleted_at IS NULL"
+        ).fetchone()
+    return row[0], list(row[1:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", type=Path, action="append", required=True)
+    parser.add_argument("--before", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--chromium-arg", action="append", default=[], help="another Chromium flag (repeatable)"
+    )
+    args = parser.parse_args()
+    maps = [("maplibre", ROOT)] + ([("leaflet", args.before)] if args.before else [])
+    results = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=[*CHROMIUM_ARGS, *args.chromium_arg]
+        )
+        for db in args.db:
+            count, bounds = data_bounds(db)
+            for name, checkout in maps:
+                port = free_port()
+                log = db.with_suffix(f".{name}.log")
+                server = start_daphne(checkout, db, port, log)
+                try:
+                    figures = measure_map(browser, f"http://127.0.0.1:{port}", bounds)
+                finally:
+                    server.terminate()
+                    server.wait(timeout=30)
+                results.append({"annotations": count, "map": name, **figures})
+                print(json.dumps(results[-1]), flush=True)
+        browser.close()
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+    for row in results:
+        cold, warm = row["tour"]["cold"], row["tour"]["warm"]
+        print(
+            f"{row['annotations']:>9,} {row['map']:<9} first draw {row['first_draw_ms']:7.0f} ms"
+            f" | tiles cold p50/p99 {cold['p50_ms'] or 0:5.1f}/{cold['p99_ms'] or 0:6.1f} ms"
+            f" warm {warm['p50_ms'] or 0:5.1f}/{warm['p99_ms'] or 0:6.1f} ms"
+            f" largest {cold['largest_bytes'] or 0:>7} B"
+            f" | long tasks {row['long_tasks']} (max {row['longest_task_ms']:.0f} ms)"
+            f" frames p50/p99 {row['frame_p50_ms'] or 0:.1f}/{row['frame_p99_ms'] or 0:.1f} ms"
+            f" | heap {row['heap_mb']:.1f} MB"
+        )
+    if len(maps) == 2:
+        for count in sorted({row["annotations"] for row in results}):
+            new, old = (
+                next(r for r in results if r["annotations"] == count and r["map"] == m)
+                for m in ("maplibre", "leaflet")
+            )
+            print(
+                f"{count:>9,} first draw leaflet/maplibre"
+                f" {old['first_draw_ms'] / new['first_draw_ms']:.2f}x,"
+                f" frame p99 {(old['frame_p99_ms'] or 0) / (new['frame_p99_ms'] or 1):.2f}x,"
+                f" heap {old['heap_mb'] / new['heap_mb']:.2f}x"
+            )
+
+
+if __name__ == "__main__":
+    main()
