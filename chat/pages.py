@@ -19,7 +19,7 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
 
 from geosense.accounts.services import credit_balance
-from geosense.annotations.selectors import annotation_counts
+from geosense.annotations.selectors import annotation_counts, annotation_vector_names
 
 from . import selectors
 from .markup import (
@@ -57,7 +57,8 @@ class ShownMessage:
 
 class _DataClasses(Collection[str]):
     """The data's classes, read on first use: only a find-similar block without samples asks
-    (so a transcript without one costs no count of the annotations)."""
+    (so a transcript without one costs no count of the annotations); and the vector kinds of a
+    block's samples that name one."""
 
     @cached_property
     def _names(self) -> frozenset[str]:
@@ -71,6 +72,10 @@ class _DataClasses(Collection[str]):
 
     def __len__(self) -> int:
         return len(self._names)
+
+    def vectors_of(self, ids: list[int]) -> dict[int, list[str]]:
+        """The vector kinds of these annotations (a find-similar block's samples)."""
+        return annotation_vector_names(ids=ids)
 
 
 @dataclass(frozen=True)

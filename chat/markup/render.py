@@ -8,7 +8,7 @@ hundreds of them and the template engine costs tens of microseconds each).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -214,14 +214,37 @@ def _block_context(
 
 def _unsearchable(block: FindSimilarBlock, classes: Collection[str] | None) -> str | None:
     """Why a valid block's search cannot run on this data, or None: without samples the hint
-    is the class to search, so it must name one (`classes`: the data's, when known)."""
+    is the class to search, so it must name one (`classes`: the data's, when known); a sample
+    that names its vector (`v`) must name one its annotation has (`classes.vectors_of`)."""
     data = block.data or {}
-    if data.get("samples") or classes is None:
+    if classes is None:
         return None
+    if data.get("samples"):
+        return _unknown_vector(data["samples"], getattr(classes, "vectors_of", None))
     hint = str(data.get("hint") or "")
     if class_match(hint, classes) is not None:
         return None
     return f"“{hint}” names no class on this map, and there are no samples to compare with"
+
+
+def _unknown_vector(
+    samples: list[dict[str, Any]], vectors_of: Callable[[list[int]], dict[int, list[str]]] | None
+) -> str | None:
+    """The first sample whose `v` its annotation has no vector of, in words, or None."""
+    named = [
+        (s["id"], s["v"]) for s in samples if isinstance(s, dict) and isinstance(s.get("v"), str)
+    ]
+    if not named or vectors_of is None:
+        return None
+    kinds = vectors_of([sample_id for sample_id, _ in named])
+    for sample_id, v in named:
+        if sample_id in kinds and v not in kinds[sample_id]:
+            has = ", ".join(f"“{k}”" for k in kinds[sample_id]) or "none"
+            return (
+                f"#{sample_id} cannot be compared by “{v}”: it has no such vector "
+                f"(its vectors: {has})"
+            )
+    return None
 
 
 def response_words(response: Response) -> str:

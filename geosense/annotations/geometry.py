@@ -183,6 +183,54 @@ def shape_vectors(geoms_m: np.ndarray, sizes_m: np.ndarray) -> np.ndarray:
     return np.round(out, 6)
 
 
+CONTEXT_CELL_M = 40.0
+
+
+def neighbour_counts(
+    geoms_m: np.ndarray,
+    categories: list[str],
+    classes: list[str],
+    *,
+    cell_m: float = CONTEXT_CELL_M,
+) -> np.ndarray:
+    """How many annotations of each of `classes` lie around each one, itself left out: those
+    whose centres (of their bounding boxes) fall in the 3 x 3 grid cells of `cell_m` around its
+    own. O(n log n) with numpy: a million rows take seconds."""
+    n = len(geoms_m)
+    out = np.zeros((n, len(classes)), dtype=np.int64)
+    if n == 0 or not classes:
+        return out
+    bounds = shapely.bounds(geoms_m)  # the box's centre: 50x faster than centroids, as good here
+    cells = np.floor((bounds[:, :2] + bounds[:, 2:]) / 2 / cell_m).astype(np.int64)
+    cells -= cells.min(axis=0) - 1
+    width = int(cells[:, 1].max()) + 2
+    keys = cells[:, 0] * width + cells[:, 1]
+    order = {name: i for i, name in enumerate(classes)}
+    kinds = np.array([order.get(c, -1) for c in categories], dtype=np.int64)
+    known = kinds >= 0
+    unique, where = np.unique(keys, return_inverse=True)
+    counts = np.zeros((len(unique), len(classes)), dtype=np.int64)
+    np.add.at(counts, (where.ravel()[known], kinds[known]), 1)
+    for dx in (-1, 0, 1):
+        for dy in (-1, 0, 1):
+            wanted = keys + dx * width + dy
+            at = np.minimum(np.searchsorted(unique, wanted), len(unique) - 1)
+            hit = unique[at] == wanted
+            out[hit] += counts[at[hit]]
+    out[np.flatnonzero(known), kinds[known]] -= 1
+    return out
+
+
+def context_vectors_json(counts: np.ndarray) -> list[str]:
+    """The "context" vector of each row of `neighbour_counts`, as JSON text: log(1 + count) of
+    each class, to 4 places (few neighbours matter more than many). Formatted by table: the
+    counts are small integers, and a million rows of floats take long to print one by one."""
+    if not len(counts):
+        return []
+    table = [repr(round(math.log1p(k), 4)) for k in range(int(counts.max()) + 1)]
+    return ["[" + ",".join([table[k] for k in row]) + "]" for row in counts.tolist()]
+
+
 def size_attribute(attributes: dict[str, Any]) -> float:
     value = attributes.get("crown_radius_m", 0.0)
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0

@@ -62,6 +62,14 @@ def annotation_counts(*, bbox: BBox | None = None) -> dict[str, int]:
     return {row["category"]: row["n"] for row in rows.order_by("category")}
 
 
+def annotation_vector_names(*, ids: Sequence[int]) -> dict[int, list[str]]:
+    """The vector kinds ("shape", "context") of each of these live annotations, in order."""
+    return {
+        pk: list(vectors) if isinstance(vectors, dict) else []
+        for pk, vectors in Annotation.objects.filter(id__in=list(ids)).values_list("id", "vectors")
+    }
+
+
 _SHAPES_BY_DIMENSION: dict[int, Shape] = {0: "point", 1: "line", 2: "polygon"}
 _shapes_cache: tuple[int, str, dict[str, Shape]] | None = None
 

@@ -22,15 +22,24 @@ from . import demo
 from .geometry import (
     LocalProjection,
     bbox_of,
+    context_vectors_json,
     geodesic_measures,
     geometry_dict,
     geometry_parse,
+    neighbour_counts,
     shape_vector,
     shape_vectors,
     size_attribute,
 )
 from .models import Annotation, AnnotationRevision, DemoArea
-from .types import CLASS_MAX_LENGTH, DEFAULT_VECTOR, GeometryError, ImportReport, SeedReport
+from .types import (
+    CLASS_MAX_LENGTH,
+    CONTEXT_VECTOR,
+    DEFAULT_VECTOR,
+    GeometryError,
+    ImportReport,
+    SeedReport,
+)
 
 MAX_VECTOR_SIZE = 4096
 VECTOR_NAME_MAX_LENGTH = 64
@@ -423,6 +432,9 @@ def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:
         metric = layout.geoms_m
         sizes = np.array([size_attribute(a) for a in layout.attributes])
         shape_rows = shape_vectors(metric, sizes).tolist()
+        context_rows = context_vectors_json(
+            neighbour_counts(metric, layout.categories, sorted(set(layout.categories)))
+        )
         projection = LocalProjection(lon=demo.PLACE_LON, lat=demo.PLACE_LAT)
         lonlat = shapely.transform(projection.unproject(metric), lambda c: np.round(c, 7))
         dims = shapely.get_dimensions(metric)
@@ -433,7 +445,10 @@ def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:
             categories=layout.categories,
             geoms_lonlat=lonlat,
             attributes=layout.attributes,
-            vectors=[f'{{"{DEFAULT_VECTOR}":{json.dumps(row)}}}' for row in shape_rows],
+            vectors=[
+                f'{{"{DEFAULT_VECTOR}":{json.dumps(shape)},"{CONTEXT_VECTOR}":{around}}}'
+                for shape, around in zip(shape_rows, context_rows, strict=True)
+            ],
             source=marker,
             measures=measures,
         )

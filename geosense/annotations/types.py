@@ -10,6 +10,8 @@ BBox = tuple[float, float, float, float]
 """(min_lon, min_lat, max_lon, max_lat) in WGS84 degrees."""
 
 DEFAULT_VECTOR = "shape"
+#: The demo's second vector kind: what lies around an annotation (geometry.context_vectors).
+CONTEXT_VECTOR = "context"
 #: A class name ("house", "pool") has 1 to this many characters (the models, imports and the
 #: tools' schemas all use it).
 CLASS_MAX_LENGTH = 64
