@@ -1,6 +1,8 @@
 """ASGI entry point: HTTP through Django, WebSocket through Channels, one Daphne process."""
 
+import asyncio
 import os
+import sys
 
 from django.core.asgi import get_asgi_application
 
@@ -45,3 +47,23 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+
+def _close_agents_at_shutdown() -> None:
+    """Under Daphne, close the model servers' clients (their pooled connections) before the
+    reactor stops; Daphne has no ASGI lifespan."""
+    daphne_server = sys.modules.get("daphne.server")
+    if daphne_server is None:
+        return
+    from twisted.internet import defer, reactor
+
+    from chat.agents import agents_close
+
+    def close() -> defer.Deferred:
+        loop = daphne_server.twisted_loop
+        return defer.Deferred.fromFuture(asyncio.ensure_future(agents_close(), loop=loop))
+
+    reactor.addSystemEventTrigger("before", "shutdown", close)
+
+
+_close_agents_at_shutdown()

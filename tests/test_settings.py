@@ -11,7 +11,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PRINT = "from django.conf import settings as s; print(repr(({},)))"
 PROVIDER = (
     "GEOSENSE_LLM_HEADERS, GEOSENSE_LLM_TEMPERATURE, GEOSENSE_LLM_MAX_TOKENS, "
-    "GEOSENSE_LLM_TIMEOUT, GEOSENSE_LLM_TOOL_CHOICE"
+    "GEOSENSE_LLM_FIRST_BYTE_TIMEOUT, GEOSENSE_LLM_TOOL_CHOICE"
+)
+TIMEOUTS = (
+    "GEOSENSE_LLM_CONNECT_TIMEOUT, GEOSENSE_LLM_FIRST_BYTE_TIMEOUT, GEOSENSE_LLM_CHUNK_TIMEOUT"
 )
 
 
@@ -40,6 +43,17 @@ def test_provider_settings_are_read_from_the_environment():
     assert done.stdout.strip() == "({'api-key': 'k'}, 0.2, 1024, 120.0, 'required')"
 
 
+def test_the_three_model_timeouts_default_to_10_60_and_30_seconds_and_are_read():
+    assert start(TIMEOUTS).stdout.strip() == "(10.0, 60.0, 30.0)"
+    done = start(
+        TIMEOUTS,
+        GEOSENSE_LLM_CONNECT_TIMEOUT="3",
+        GEOSENSE_LLM_FIRST_BYTE_TIMEOUT="90",
+        GEOSENSE_LLM_CHUNK_TIMEOUT="15",
+    )
+    assert done.stdout.strip() == "(3.0, 90.0, 15.0)", done.stderr
+
+
 def test_unset_provider_settings_take_their_defaults():
     done = start(PROVIDER)
     assert done.returncode == 0, done.stderr
@@ -59,6 +73,8 @@ def test_unset_provider_settings_take_their_defaults():
         ({"GEOSENSE_LLM_MAX_TOKENS": "0"}, "GEOSENSE_LLM_MAX_TOKENS must be at least 1"),
         ({"GEOSENSE_LLM_MAX_TOKENS": "1.5"}, "GEOSENSE_LLM_MAX_TOKENS must be a whole number"),
         ({"GEOSENSE_LLM_TIMEOUT": "0"}, "GEOSENSE_LLM_TIMEOUT must be at least 1"),
+        ({"GEOSENSE_LLM_CHUNK_TIMEOUT": "0"}, "GEOSENSE_LLM_CHUNK_TIMEOUT must be at least 0.1"),
+        ({"GEOSENSE_LLM_CONNECT_TIMEOUT": "x"}, "GEOSENSE_LLM_CONNECT_TIMEOUT must be a number"),
         ({"GEOSENSE_LLM_TOOL_CHOICE": "any tool"}, "GEOSENSE_LLM_TOOL_CHOICE must be auto"),
     ],
 )

@@ -27,6 +27,7 @@ __all__ = [
     "Usage",
     "UserRequest",
     "agent_configured",
+    "agents_close",
 ]
 
 
@@ -43,7 +44,9 @@ def agent_configured() -> Agent:
                 headers=settings.GEOSENSE_LLM_HEADERS,
                 temperature=settings.GEOSENSE_LLM_TEMPERATURE,
                 max_tokens=settings.GEOSENSE_LLM_MAX_TOKENS,
-                timeout=settings.GEOSENSE_LLM_TIMEOUT,
+                connect_timeout=settings.GEOSENSE_LLM_CONNECT_TIMEOUT,
+                first_byte_timeout=settings.GEOSENSE_LLM_FIRST_BYTE_TIMEOUT,
+                chunk_timeout=settings.GEOSENSE_LLM_CHUNK_TIMEOUT,
                 tool_choice=settings.GEOSENSE_LLM_TOOL_CHOICE,
                 vision=settings.GEOSENSE_LLM_VISION,
             )
@@ -51,3 +54,11 @@ def agent_configured() -> Agent:
     from .local import LocalAgent
 
     return LocalAgent()
+
+
+async def agents_close() -> None:
+    """Close what the agents hold for this event loop (the model servers' clients): at
+    shutdown (`geosense/asgi.py`)."""
+    from .openai import provider_clients_close
+
+    await provider_clients_close()

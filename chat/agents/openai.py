@@ -4,13 +4,25 @@ The request goes through the `openai` SDK (authentication, retries of a failed c
 before the answer starts, HTTP errors); the streamed body is read line by line and handed to
 `wire.sse_events` and `wire.ChunkParser`, because the servers people run stream in dialects the
 SDK's own stream reader hides or rejects (docs/models.md, "How each server streams").
+
+One client per configuration and event loop (`provider_client`), built off the loop (it loads
+the CA bundle: ~50 ms of CPU) and closed at shutdown (`provider_clients_close`). The body is
+built and serialised to JSON in a worker thread and sent as bytes: the SDK's own parameter
+transform walks every message on the event loop (2 s for 4,000 messages, issue 15).
+
+Three time-outs (docs/models.md): connecting (`connect_timeout`, each attempt), the first line
+of the answer (`first_byte_timeout`, from the request's start, retries included) and any gap
+between lines once the answer streams (`chunk_timeout`). Nothing is retried once a line has
+arrived: a stall ends the turn, and the engine keeps the text already shown, cut off.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -44,7 +56,9 @@ class ProviderConfig:
     headers: Mapping[str, str] = field(default_factory=dict)
     temperature: float | None = None
     max_tokens: int | None = None
-    timeout: float = 60.0
+    connect_timeout: float = 10.0
+    first_byte_timeout: float = 60.0
+    chunk_timeout: float = 30.0
     tool_choice: str | None = None
     vision: bool = True  # send pictures as image parts (GEOSENSE_LLM_VISION)
 
@@ -79,19 +93,84 @@ def chat_request(
     return body
 
 
+def request_json(
+    config: ProviderConfig,
+    *,
+    history: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    images: bool = True,
+) -> bytes:
+    """The request body as JSON bytes: O(history), so the agent runs it in a worker thread."""
+    if not images:
+        history = history_without_images(history)
+    body = chat_request(config, history=history, tools=tools)
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+# --- the shared clients ----------------------------------------------------------------------
+
+_clients: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[Any, ...], asyncio.Future[openai.AsyncOpenAI]]
+] = weakref.WeakKeyDictionary()
+
+
+def _client_key(config: ProviderConfig) -> tuple[Any, ...]:
+    """What the client itself holds: the model and sampling settings go in each body."""
+    return (
+        config.base_url,
+        config.api_key,
+        tuple(sorted(config.headers.items())),
+        config.connect_timeout,
+        config.first_byte_timeout,
+    )
+
+
+def _client_build(config: ProviderConfig) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=config.base_url,
+        api_key=config.api_key or "not-needed",
+        timeout=httpx2.Timeout(
+            connect=config.connect_timeout,
+            read=config.first_byte_timeout,
+            write=config.first_byte_timeout,
+            pool=config.connect_timeout,
+        ),
+        max_retries=MAX_RETRIES,
+        default_headers=dict(config.headers),
+    )
+
+
+async def provider_client(config: ProviderConfig) -> openai.AsyncOpenAI:
+    """This loop's client for the configuration: built once, in a worker thread (concurrent
+    first turns wait for the same build). Its connection pool is the loop's, hence per loop."""
+    loop = asyncio.get_running_loop()
+    building = _clients.setdefault(loop, {})
+    key = _client_key(config)
+    future = building.get(key)
+    if future is None:
+        future = building[key] = asyncio.ensure_future(asyncio.to_thread(_client_build, config))
+    try:
+        return await asyncio.shield(future)
+    except Exception:
+        if building.get(key) is future:
+            del building[key]
+        raise
+
+
+async def provider_clients_close() -> None:
+    """Close this loop's clients (their pooled connections); the next turn builds anew."""
+    building = _clients.pop(asyncio.get_running_loop(), {})
+    for future in building.values():
+        if future.done() and not future.cancelled() and future.exception() is None:
+            await future.result().close()
+
+
 class OpenAIAgent:
     def __init__(self, config: ProviderConfig) -> None:
         if not config.base_url:
             raise AgentError("GEOSENSE_LLM_BASE_URL is not set.")
         self.config = config
         self.usage: Usage | None = None  # of the last request, when the server reported it
-        self.client = openai.AsyncOpenAI(
-            base_url=config.base_url,
-            api_key=config.api_key or "not-needed",
-            timeout=config.timeout,
-            max_retries=MAX_RETRIES,
-            default_headers=dict(config.headers),
-        )
 
     async def stream(
         self,
@@ -108,8 +187,9 @@ class OpenAIAgent:
         done = False
         try:
             async with AsyncExitStack() as stack:
-                response = await self._open(stack, history=history, tools=tools)
-                async for event in _events(response.iter_lines()):
+                response, deadline = await self._open(stack, history=history, tools=tools)
+                lines = _lines_timed(response, first_by=deadline, gap=self.config.chunk_timeout)
+                async for event in _events(lines):
                     if isinstance(event, SseError):
                         raise AgentError(server_error_message(event.error))
                     if event.data == DONE:
@@ -121,7 +201,7 @@ class OpenAIAgent:
             raise
         except openai.APIStatusError as exc:
             raise AgentError(_status_message(exc)) from exc
-        except (openai.APITimeoutError, httpx2.TimeoutException) as exc:
+        except (openai.APITimeoutError, httpx2.TimeoutException, TimeoutError) as exc:
             raise AgentError("The language model server did not answer in time.") from exc
         except (openai.APIError, httpx2.HTTPError, OSError, UnicodeDecodeError) as exc:
             raise AgentError(
@@ -150,14 +230,15 @@ class OpenAIAgent:
         *,
         history: list[dict[str, Any]],
         tools: list[dict[str, Any]],
-    ) -> Any:
-        """The streamed response; a server that refuses the pictures (HTTP 400 naming image
-        input) is asked once more with them in words, and is not sent pictures again."""
-        body = chat_request(self.config, history=history, tools=tools)
+    ) -> tuple[httpx2.Response, float]:
+        """The streamed response and the deadline of its first line (the first-byte time-out
+        from sending); a server that refuses the pictures (HTTP 400 naming image input) is
+        asked once more with them in words, and is not sent pictures again."""
+        client = await provider_client(self.config)
+        body = await asyncio.to_thread(request_json, self.config, history=history, tools=tools)
+        deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout
         try:
-            return await stack.enter_async_context(
-                self.client.chat.completions.with_streaming_response.create(**body)
-            )
+            return await _post(stack, client, body, deadline=deadline), deadline
         except openai.APIStatusError as exc:
             if not (
                 exc.status_code in (400, 422)
@@ -172,10 +253,57 @@ class OpenAIAgent:
                 _status_message(exc),
                 self.config.model or "default",
             )
-        body = chat_request(self.config, history=history_without_images(history), tools=tools)
-        return await stack.enter_async_context(
-            self.client.chat.completions.with_streaming_response.create(**body)
+        body = await asyncio.to_thread(
+            request_json, self.config, history=history, tools=tools, images=False
         )
+        deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout
+        return await _post(stack, client, body, deadline=deadline), deadline
+
+
+async def _post(
+    stack: AsyncExitStack, client: openai.AsyncOpenAI, body: bytes, *, deadline: float
+) -> httpx2.Response:
+    """Send the serialised body; the SDK retries a failed connection or a 5xx until the
+    response starts, all within the first-byte deadline. The response is closed with `stack`."""
+    async with asyncio.timeout_at(deadline):
+        response = await client.post(
+            "/chat/completions",
+            cast_to=httpx2.Response,
+            content=body,
+            options={"headers": {"Content-Type": "application/json"}},
+            stream=True,
+        )
+    stack.push_async_callback(response.aclose)
+    return response
+
+
+class StreamStalled(AgentError):
+    """The answer had started and then nothing came for `chunk_timeout` seconds."""
+
+
+async def _lines_timed(
+    response: httpx2.Response, *, first_by: float, gap: float
+) -> AsyncIterator[str]:
+    """The body's lines; the first by the first-byte deadline, each next within `gap`
+    seconds of the one before (a `TimeoutError`, or `StreamStalled` once one has come)."""
+    lines = response.aiter_lines().__aiter__()
+    loop = asyncio.get_running_loop()
+    when, started = first_by, False
+    while True:
+        try:
+            async with asyncio.timeout_at(when):
+                line = await anext(lines)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            if not started:
+                raise
+            raise StreamStalled(
+                f"The language model server stopped answering mid-way (nothing for {gap:g} s)."
+            ) from None
+        started = True
+        yield line
+        when = loop.time() + gap
 
 
 def has_images(history: list[dict[str, Any]]) -> bool:

@@ -188,8 +188,8 @@ async def test_the_request_timeout_setting_ends_a_silent_server_with_a_readable_
 ):
     from tests.fakes.fake_openai import Pause, Text
 
-    settings.GEOSENSE_LLM_TIMEOUT = 1.0
-    for _ in range(3):  # the first try and the client's two retries
+    settings.GEOSENSE_LLM_FIRST_BYTE_TIMEOUT = 1.0
+    for _ in range(3):  # a retry would take the next
         openai_agent.reply(Pause(2.5), Text("too late"))
 
     out = await post_stream(

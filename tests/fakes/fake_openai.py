@@ -43,7 +43,8 @@ class ToolCalls:
 
 @dataclass(frozen=True)
 class Pause:
-    """Wait before the next step (a slow model, or a stall mid-stream)."""
+    """Wait before the next step (a slow model, or a stall mid-stream). A response that starts
+    with a pause sends nothing before it, not even its headers (a model that has not begun)."""
 
     seconds: float
 
@@ -220,6 +221,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         headers = {name.lower(): value for name, value in self.headers.items()}
         response = self.owner.next_response(body, headers)
+        while response.steps and isinstance(response.steps[0], Pause):
+            time.sleep(response.steps[0].seconds)
+            response = Response(steps=response.steps[1:])
         for step in response.steps:
             if isinstance(step, Status):
                 self._json(step.code, _error(step.message, "server_error"))

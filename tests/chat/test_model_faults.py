@@ -1,0 +1,105 @@
+"""The model server failing or slow (issue 15, items 1, 2 and 7): a model that never answers
+ends the turn at the first-byte time-out with one request, a stall mid-stream ends it at the
+between-chunk time-out with the text already shown kept (cut off), and every turn of a process
+shares one client built off the event loop, with its body serialised off the loop too."""
+
+import threading
+
+import pytest
+
+from chat.agents import openai as openai_agent_module
+from chat.models import ChatSession, Message
+from tests.chat.helpers import post_stream
+from tests.fakes.fake_openai import Pause, Text
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+
+async def test_a_model_that_never_answers_ends_the_turn_at_the_first_byte_timeout_once(
+    client, trusted_caller, openai_agent, settings
+):
+    settings.GEOSENSE_LLM_FIRST_BYTE_TIMEOUT = 1.5
+    for _ in range(3):  # what retries would take
+        openai_agent.reply(Pause(6), Text("too late"))
+
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+
+    assert out.of("error") == [
+        {
+            "message": "The assistant could not answer. "
+            "The language model server did not answer in time."
+        }
+    ]
+    assert out.names()[-1] == "turn_end"
+    assert len(openai_agent.requests) == 1  # the deadline covers the retries
+    session = await ChatSession.objects.aget(pk=trusted_caller.session.pk)
+    assert session.turn_state == ChatSession.TurnState.IDLE
+
+
+async def test_a_stall_mid_stream_ends_the_turn_and_keeps_the_text_shown_cut_off(
+    client, trusted_caller, openai_agent, settings
+):
+    settings.GEOSENSE_LLM_CHUNK_TIMEOUT = 0.5
+    settings.GEOSENSE_LLM_FIRST_BYTE_TIMEOUT = 30
+    openai_agent.reply(Text("There are twelve", 1), Pause(3), Text(" trees."))
+
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+
+    assert out.text == "There are twelve"
+    assert out.of("error") == [
+        {
+            "message": "The assistant could not answer. The language model server stopped "
+            "answering mid-way (nothing for 0.5 s)."
+        }
+    ]
+    assert out.names()[-1] == "turn_end"
+    assert len(openai_agent.requests) == 1  # never retried once the answer had begun
+    kept = [
+        (m.content, m.cut_off)
+        async for m in Message.objects.filter(
+            session=trusted_caller.session, role=Message.Role.ASSISTANT
+        )
+    ]
+    assert kept == [("There are twelve", True)]
+
+
+async def test_turns_share_one_client_built_off_the_loop_and_send_a_body_serialised_off_it(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    builds: list[str] = []
+    bodies: list[str] = []
+    build, serialise = openai_agent_module._client_build, openai_agent_module.request_json
+
+    def counted_build(config):
+        builds.append(threading.current_thread().name)
+        return build(config)
+
+    def counted_serialise(config, **kwargs):
+        bodies.append(threading.current_thread().name)
+        return serialise(config, **kwargs)
+
+    monkeypatch.setattr(openai_agent_module, "_client_build", counted_build)
+    monkeypatch.setattr(openai_agent_module, "request_json", counted_serialise)
+    await openai_agent_module.provider_clients_close()  # whatever an earlier test built
+    main = threading.current_thread().name
+    for text in ("one", "two", "three"):
+        openai_agent.reply_text(f"Answer {text}.")
+        out = await post_stream(
+            client,
+            trusted_caller.url("/message/stream"),
+            {"text": text},
+            token=trusted_caller.token,
+        )
+        assert out.text == f"Answer {text}."
+
+    assert len(builds) == 1 and builds[0] != main
+    assert len(bodies) == 3 and main not in bodies
+    shared = await openai_agent_module.provider_client(
+        openai_agent_module.ProviderConfig(base_url=openai_agent.base_url)
+    )
+    await openai_agent_module.provider_clients_close()
+    assert shared.is_closed()
