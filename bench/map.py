@@ -7,7 +7,8 @@ Leaflet SVG map, on the same seeded database, in one run.
 Each `--db` is a migrated SQLite file seeded by `manage.py seed_demo --annotations N --seed 1`.
 `--before` is a checkout of the commit before the WebGL map (`git worktree add
 /tmp/before-i17c d6b80ee`): its Daphne serves the same file, so both maps read the same data.
-For each database and each map (after, then before), in a fresh browser context:
+For each database and each map (after, then before), on a server that has answered one
+request (its index built, as a serving process has it), in a fresh browser context:
 - first draw: navigation start → `window.geosenseMap.ready === true` (annotations drawn);
 - tile latency: every `/tiles/annotations/…` request (as Playwright's network events see it:
   request start → response end; MapLibre fetches in its workers) over a tour of web zooms 12 to 19, three places per zoom, each visit waiting for the map
@@ -185,7 +186,19 @@ def log_in(page, base: str) -> None:
     page.wait_for_url("**/chat/**")
 
 
+def warm_server(browser, base: str) -> None:
+    """One logged-in read of the tile JSON before measuring: a serving process has its index
+    built (GEOSENSE_INDEX_WARM); the tiles themselves stay cold."""
+    context = browser.new_context()
+    page = context.new_page()
+    log_in(page, base)
+    page.request.get(f"{base}/tiles/annotations.json", timeout=600_000)
+    page.request.get(f"{base}/api/annotations?bbox=0,0,0.001,0.001", timeout=600_000)
+    context.close()
+
+
 def measure_map(browser, base: str, bounds: list[float]) -> dict:
+    warm_server(browser, base)
     context = browser.new_context(bypass_csp=True, viewport={"width": 1280, "height": 800})
     tiles = TileRequests(context)
     page = context.new_page()

@@ -8,13 +8,13 @@
 
 export const ANNOTATIONS = 'annotations'; // the vector source and its source layer
 export const HIGHLIGHT = 'highlight'; // GeoJSON: link lines and marks of highlighted ids
-export const BASE = 'base';
+export const BASE = 'base'; // the raster base source, or the tiles' base layer
 
 export const HIGHLIGHT_COLOR = '#ffb000';
 export const LINK_COLOR = '#111827';
 export const SELECTED_COLOR = '#d6006f';
 export const FOCUS_COLOR = '#0b5fff';
-export const BACKGROUND_COLOR = '#eef0ec';
+export const BACKGROUND_COLOR = '#eceae6';
 const FALLBACK_COLOR = '#7f7f7f';
 /** From this zoom the tiles carry every shape, so the highlight's marks give way to outlines. */
 const MARK_MAXZOOM = 16;
@@ -173,14 +173,15 @@ export function layerFilter(layer, { classes = true, ids = false } = {}) {
 }
 
 /**
- * The whole MapLibre style: the base layer (a raster tile URL, or the app's quiet demo base
- * tiles when one is given, or none), the annotation source and its layers, the link lines.
+ * The whole MapLibre style: the base layer (a raster tile URL when one is configured, else the
+ * demo's quiet blocks, parks and lots from the tiles' `base` layer), the annotation source and
+ * its layers, the highlight's GeoJSON source.
  *
  * @param {{tiles: string[], minzoom?: number, maxzoom?: number}} annotations tile JSON
  * @param {Map<string, string>} colors
- * @param {{rasterUrl?: string, base?: {tiles: string[], layers?: object[]} | null}} [options]
+ * @param {{rasterUrl?: string}} [options]
  */
-export function mapStyle(annotations, colors, { rasterUrl = '', base = null } = {}) {
+export function mapStyle(annotations, colors, { rasterUrl = '' } = {}) {
   const sources = {
     [ANNOTATIONS]: {
       type: 'vector',
@@ -195,9 +196,8 @@ export function mapStyle(annotations, colors, { rasterUrl = '', base = null } = 
   if (rasterUrl) {
     sources[BASE] = { type: 'raster', tiles: [rasterUrl], tileSize: 256, maxzoom: 19 };
     layers.push({ id: 'base-raster', type: 'raster', source: BASE });
-  } else if (base?.tiles?.length) {
-    sources[BASE] = { type: 'vector', tiles: base.tiles, minzoom: base.minzoom ?? 0, maxzoom: base.maxzoom ?? 16 };
-    layers.push(...(base.layers ?? quietBaseLayers()));
+  } else {
+    layers.push(...quietBaseLayers());
   }
   for (const layer of annotationLayers(colors)) {
     const { overlay, ...spec } = layer;
@@ -207,16 +207,16 @@ export function mapStyle(annotations, colors, { rasterUrl = '', base = null } = 
   return { version: 8, sources, layers };
 }
 
-/** The demo base map: parcels as faint fills and streets as pale lines, under everything. */
+/**
+ * The demo's base map, under everything: blocks as pale land, parks green, lots as hairlines
+ * (the tiles' `base` layer, where the demo neighbourhood is); the streets are the gaps.
+ */
 export function quietBaseLayers() {
+  const base = { source: ANNOTATIONS, 'source-layer': BASE };
+  const kind = (value) => ['==', ['get', 'kind'], value];
   return [
-    { id: 'base-parcels', type: 'fill', source: BASE, 'source-layer': 'parcels',
-      paint: { 'fill-color': '#e4e7df', 'fill-outline-color': '#d3d7cc' } },
-    { id: 'base-streets-casing', type: 'line', source: BASE, 'source-layer': 'streets',
-      layout: { 'line-join': 'round', 'line-cap': 'round' },
-      paint: { 'line-color': '#d5d8d0', 'line-width': ['interpolate', ['exponential', 2], ['zoom'], 12, 2, 19, 26] } },
-    { id: 'base-streets', type: 'line', source: BASE, 'source-layer': 'streets',
-      layout: { 'line-join': 'round', 'line-cap': 'round' },
-      paint: { 'line-color': '#fbfbf8', 'line-width': ['interpolate', ['exponential', 2], ['zoom'], 12, 1, 19, 22] } },
+    { id: 'base-blocks', type: 'fill', ...base, filter: kind('block'), paint: { 'fill-color': '#f7f5f0' } },
+    { id: 'base-parks', type: 'fill', ...base, filter: kind('park'), paint: { 'fill-color': '#dcebd3' } },
+    { id: 'base-lots', type: 'line', ...base, filter: kind('lot'), paint: { 'line-color': '#e2ded6', 'line-width': 0.5 } },
   ];
 }

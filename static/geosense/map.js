@@ -122,19 +122,14 @@ function idle(map) {
 }
 
 /** The MapLibre map in `element`, its style built from the tile JSON, loaded. */
-async function createGlMap(element, data, fetch) {
+async function createGlMap(element, data) {
   const json = await data.tileJson();
   const counts = countsOf(json.counts);
   const colors = classColors(counts.keys());
-  let base = null;
-  if (!element.dataset.tileUrl && element.dataset.baseTilesUrl) {
-    const response = await fetch(element.dataset.baseTilesUrl, { credentials: 'same-origin' }).catch(() => null);
-    if (response?.ok) base = await response.json();
-  }
   const bounds = Array.isArray(json.bounds) && json.bounds.length === 4 && json.total ? json.bounds : null;
   const map = new maplibregl.Map({
     container: element,
-    style: mapStyle(json, colors, { rasterUrl: element.dataset.tileUrl || '', base }),
+    style: mapStyle(json, colors, { rasterUrl: element.dataset.tileUrl || '' }),
     ...(bounds ? { bounds, fitBoundsOptions: { padding: 24 } } : FALLBACK_VIEW),
     maxZoom: 21,
     attributionControl: false,
@@ -203,8 +198,8 @@ function screenPoint(map, id) {
  * drawn (or the load failed: `error` then says why) and `true` afterwards, so
  * `await map.ready` works at any time; `loaded` is the promise.
  *
- * @param {HTMLElement} element with data-tiles-url, data-boxes-url, optional data-tile-url
- *   (a raster base layer) and data-base-tiles-url (the demo base layer's tile JSON)
+ * @param {HTMLElement} element with data-tiles-url, data-boxes-url and optional data-tile-url
+ *   (a raster base layer; without it the tiles' quiet demo base is drawn)
  * @param {{fetch?: typeof fetch}} [options]
  */
 export function createAnnotationMap(element, { fetch = globalThis.fetch } = {}) {
@@ -262,7 +257,7 @@ export function createAnnotationMap(element, { fetch = globalThis.fetch } = {}) 
 
   api.loaded = (async () => {
     try {
-      await mount(element, data, fetch, parts, api);
+      await mount(element, data, parts, api);
       await idle(parts.map);
     } catch (error) {
       api.error = String(error?.message || error);
@@ -281,9 +276,9 @@ export function createAnnotationMap(element, { fetch = globalThis.fetch } = {}) 
 }
 
 /** Builds the map and its parts into `parts` (see createAnnotationMap). */
-async function mount(element, data, fetch, parts, api) {
+async function mount(element, data, parts, api) {
   const document = element.ownerDocument;
-  const { map, json, counts, colors } = await createGlMap(element, data, fetch);
+  const { map, json, counts, colors } = await createGlMap(element, data);
   parts.map = api.map = map;
   api.count = json.total ?? 0;
   api.revision = json.revision ?? null;

@@ -93,18 +93,19 @@ test('overlays draw nothing without ids and narrow to ids and visible classes wi
   assert.deepEqual(layerFilter(fill, { classes: true }), fill.filter);
 });
 
-test('the style has the annotation source with promoted ids and a base layer when asked', () => {
-  const tiles = { tiles: ['/tiles/annotations/{z}/{x}/{y}.mvt'], minzoom: 0, maxzoom: 16 };
-  const plain = mapStyle(tiles, classColors(['tree']));
+test('the style has the annotation source with promoted ids, and one base layer', () => {
+  const tiles = { tiles: ['/tiles/annotations/{z}/{x}/{y}.mvt'], minzoom: 0, maxzoom: 22 };
+  const demo = mapStyle(tiles, classColors(['tree']));
   const raster = mapStyle(tiles, classColors(['tree']), { rasterUrl: 'https://t.example/{z}/{x}/{y}.png' });
-  const demo = mapStyle(tiles, classColors(['tree']), { base: { tiles: ['/tiles/base/{z}/{x}/{y}.mvt'] } });
+  const index = (style, id) => style.layers.findIndex((layer) => layer.id === id);
 
-  assert.equal(plain.sources.annotations.promoteId, 'id');
-  assert.deepEqual(plain.sources.annotations.tiles, tiles.tiles);
-  assert.equal(plain.sources.base, undefined);
+  assert.equal(demo.sources.annotations.promoteId, 'id');
+  assert.deepEqual(demo.sources.annotations.tiles, tiles.tiles);
+  assert.equal(demo.sources.base, undefined);
+  assert.deepEqual(demo.layers.filter((l) => l['source-layer'] === 'base').map((l) => l.id), ['base-blocks', 'base-parks', 'base-lots']);
+  assert.ok(index(demo, 'base-lots') < index(demo, 'ann-fill'));
   assert.equal(raster.sources.base.type, 'raster');
   assert.equal(raster.layers[1].id, 'base-raster');
-  assert.equal(demo.sources.base.type, 'vector');
-  assert.ok(demo.layers.findIndex((l) => l.source === 'base') < demo.layers.findIndex((l) => l.id === 'ann-fill'));
-  assert.ok(plain.layers.every((layer) => !('overlay' in layer)));
+  assert.equal(raster.layers.some((l) => l['source-layer'] === 'base'), false);
+  assert.ok(demo.layers.every((layer) => !('overlay' in layer)));
 });
