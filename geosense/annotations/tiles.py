@@ -27,12 +27,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import mapbox_vector_tile
 import numpy as np
 import shapely
 
 from .base import base_shapes, demo_blocks
 from .index import ClassIndex, SpatialIndex, spatial_index
+from .mvt import tile_encode
 
 LAYER = "annotations"
 BASE_LAYER = "base"
@@ -228,19 +228,25 @@ def _render(index: SpatialIndex, z: int, x: int, y: int, selections: list[_Selec
         features = []
         for selection in selections:
             features.extend(_features(index, z, x, y, selection, pixel))
-        layers = [{"name": LAYER, "features": features}]
+        layers = [_layer(LAYER, features)]
         if base:
-            layers.append({"name": BASE_LAYER, "features": base})
+            layers.append(_layer(BASE_LAYER, base))
         data = gzip.compress(
-            mapbox_vector_tile.encode(
-                layers, default_options={"y_coord_down": True, "extents": EXTENT}
-            ),
+            tile_encode(layers, extent=EXTENT),
             compresslevel=6,
             mtime=0,
         )
         if len(data) <= MAX_TILE_BYTES or z >= EXACT_ZOOM:
             return data
         pixel *= 4
+
+
+def _layer(name: str, features: list[dict[str, Any]]):
+    return (
+        name,
+        np.array([f["geometry"] for f in features], dtype=object),
+        [f["properties"] for f in features],
+    )
 
 
 def _base_features(index: SpatialIndex, z: int, x: int, y: int) -> list[dict[str, Any]]:

@@ -1,0 +1,207 @@
+"""The spatial tools at scale, as whole turns' server work, in one process:
+
+    .venv/bin/python bench/tools_scale.py --database /tmp/geosense-1m.sqlite3 [--annotations 1000000]
+        [--runs 7]
+
+The database (SQLite) is seeded with `--annotations` demo annotations when it holds another
+number (`demo_seed` is idempotent), so runs of this script from two checkouts (before and
+after a change) can share one database. Measured:
+
+- first query after the start: the index build (`spatial_index()`), wall and CPU;
+- each tool as a turn does it, "tool call to result stored": the system prompt's class counts
+  (`annotation_overview`), the tool's handler (`tools.builtin`), the artifact it stores and the
+  result serialised as the stored message holds it: within-distance ("trees within 20 m of a
+  house"), overlap (garages overlapping a house), nearest (5 nearest to the centre) and
+  similarity (20 pools like the showcase pool), warm (median of --runs);
+- each query alone against the bare shapely/numpy call it rests on (ratio);
+- a deletion followed by the within-distance turn (the index catching up), then the restore;
+- the process's resident memory after the index is built.
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(os.environ.get("GEOSENSE_ROOT", Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(ROOT))
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def timed(fn, runs: int) -> tuple[float, float, object]:
+    """Median wall and CPU seconds of fn over runs, and its last result."""
+    walls, cpus, result = [], [], None
+    for _ in range(runs):
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = fn()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus), result
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.1f} ms"
+
+
+def setup(database: str, annotations: int) -> None:
+    os.environ["DATABASE_URL"] = f"sqlite:///{database}"
+    os.environ.setdefault("DEBUG", "1")
+    os.environ["GEOSENSE_ENV_FILE"] = ""
+    os.environ["GEOSENSE_INDEX_WARM"] = "0"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "geosense.settings"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from geosense.annotations.models import Annotation
+    from geosense.annotations.services import demo_seed
+
+    if not Path(database).exists() or Annotation.objects.count() != annotations:
+        call_command("migrate", verbosity=0)
+        started = time.perf_counter()
+        demo_seed(annotations=annotations, seed=0)
+        print(f"seeded {annotations:,} in {time.perf_counter() - started:.1f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--database", required=True)
+    parser.add_argument("--annotations", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    setup(args.database, args.annotations)
+
+    import numpy as np
+    import shapely
+    from django.contrib.auth import get_user_model
+
+    from chat.models import ChatSession
+    from chat.services import artifact_save
+    from geosense.annotations import selectors, services
+    from geosense.annotations.index import spatial_index
+    from tools import builtin
+    from tools.registry import ToolContext
+
+    print(f"code: {ROOT}  rss at start {rss_mb():,.0f} MB")
+    wall, cpu = time.perf_counter(), time.process_time()
+    index = spatial_index()
+    print(
+        f"first query after start (index build): wall {time.perf_counter() - wall:.2f} s,"
+        f" cpu {time.process_time() - cpu:.2f} s; rss {rss_mb():,.0f} MB"
+    )
+    user, _ = get_user_model().objects.get_or_create(username="bench-tools")
+    session = ChatSession.objects.create(user=user)
+
+    def save(*, kind, data, origin):
+        return artifact_save(session_id=session.pk, kind=kind, data=data, origin=origin)
+
+    context = ToolContext(artifact_save=save)
+    pool = int(index.classes["pool"].ids[len(index.classes["pool"].ids) // 2])
+    centre = index.projection
+    turns = {
+        "within-distance (trees within 20 m of a house)": (
+            builtin.spatial_relation,
+            {"relation": "within_distance", "source": "tree", "target": "house", "distance_m": 20},
+        ),
+        "overlap (garages overlapping a house)": (
+            builtin.spatial_relation,
+            {"relation": "overlap", "source": "garage", "target": "house"},
+        ),
+        "nearest (5 nearest the centre)": (
+            builtin.nearest_annotations,
+            {"lat": centre.lat, "lon": centre.lon, "k": 5},
+        ),
+        "similarity (20 pools like one)": (
+            builtin.similarity_search,
+            {"samples": [{"id": pool}], "k": 20},
+        ),
+    }
+
+    def turn(handler, arguments):
+        def run():
+            selectors.annotation_overview()
+            return len(json.dumps(handler(context, arguments)))
+
+        return run
+
+    print(f"\nturns, warm (median of {args.runs}): wall / cpu")
+    for name, (handler, arguments) in turns.items():
+        turn(handler, arguments)()  # loads what a first call loads (vectors)
+        wall, cpu, size = timed(turn(handler, arguments), args.runs)
+        print(f"  {name}: {ms(wall)} / {ms(cpu)}  ({size:,} bytes stored)")
+
+    trees, houses = index.classes["tree"], index.classes["house"]
+    garages = index.classes["garage"]
+    pools = index.classes["pool"]
+    sample = pools.vector_matrix("shape", 8)
+    point = index.projection.project(
+        np.array([shapely.Point(centre.lon, centre.lat)], dtype=object)
+    )[0]
+    queries = {
+        "within-distance": (
+            lambda: selectors.annotations_within_distance(
+                source="tree", target="house", distance_m=20
+            ),
+            lambda: houses.tree.query(trees.geoms, predicate="dwithin", distance=20),
+        ),
+        "overlap": (
+            lambda: selectors.annotations_overlapping(source="garage", target="house"),
+            lambda: houses.tree.query(garages.geoms, predicate="intersects"),
+        ),
+        "nearest": (
+            lambda: selectors.annotations_nearest(lat=centre.lat, lon=centre.lon, k=5),
+            lambda: [
+                c.tree.query_nearest(point, all_matches=False) for c in index.classes.values()
+            ],
+        ),
+        "similarity": (
+            lambda: selectors.annotations_similar(samples=[(pool, None)], k=20),
+            lambda: np.argpartition(-(sample.unit_rows @ sample.unit_rows[0]), 20)[:20],
+        ),
+    }
+    print(f"\nqueries vs the bare call (cpu, median of {args.runs}, turn about)")
+    for name, (service, bare) in queries.items():
+        a, b = [], []
+        for _ in range(args.runs):
+            a.append(timed(service, 1)[1])
+            b.append(timed(bare, 1)[1])
+        sa, sb = statistics.median(a), statistics.median(b)
+        print(f"  {name}: service {ms(sa)}, bare {ms(sb)}, ratio {sa / max(sb, 1e-9):.2f}x")
+
+    victim = int(trees.ids[len(trees.ids) // 3])
+    handler, arguments = turns["within-distance (trees within 20 m of a house)"]
+    wall, cpu = time.perf_counter(), time.process_time()
+    services.annotations_soft_delete(ids=[victim])
+    turn(handler, arguments)()
+    print(
+        f"\ndelete then within-distance turn: wall {ms(time.perf_counter() - wall)},"
+        f" cpu {ms(time.process_time() - cpu)}"
+    )
+    wall, cpu = time.perf_counter(), time.process_time()
+    services.annotations_restore(ids=[victim])
+    turn(handler, arguments)()
+    print(
+        f"restore then within-distance turn: wall {ms(time.perf_counter() - wall)},"
+        f" cpu {ms(time.process_time() - cpu)}"
+    )
+    print(
+        f"\nrss now {rss_mb():,.0f} MB, peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB"
+    )
+    session.delete()
+
+
+if __name__ == "__main__":
+    main()
