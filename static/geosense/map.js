@@ -235,7 +235,8 @@ export function createAnnotationMap(element, { fetch = globalThis.fetch } = {}) 
     highlight: whenLoaded((payload) => parts.highlight.highlight(payload)),
     clearHighlight: () => parts.highlight?.clear(),
     focus: whenLoaded((ids) => parts.focus(ids)),
-    view: () => parts.view(),
+    // Before the map is loaded (or when it failed), the whole world with no classes.
+    view: () => parts.view?.() ?? viewOf({ center: { lng: 0, lat: 0 }, zoom: FALLBACK_VIEW.zoom, bounds: [-180, -90, 180, 90], classes: [] }),
     contexts: whenLoaded((types) => mapContexts(types, parts)),
     select: whenLoaded((options) => parts.selection.select(options)),
     selectedIds: () => parts.selection?.selectedIds() ?? [],
