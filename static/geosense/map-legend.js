@@ -39,6 +39,7 @@ const COUNT_FORMAT = new Intl.NumberFormat('en-US');
  */
 export function renderLegend(box, rows, onToggle) {
   const document = box.ownerDocument;
+  box = box.querySelector('.map-legend-rows') || box;
   box.replaceChildren();
   for (const row of rows) {
     const label = document.createElement('label');
@@ -66,12 +67,26 @@ export function renderLegend(box, rows, onToggle) {
   }
 }
 
-/** The legend's box: a labelled group that keeps its clicks and wheel away from the map. */
+/** Below this width the legend starts folded: on a phone it would cover much of the map. */
+export const LEGEND_FOLDED_QUERY = '(max-width: 700px)';
+
+/**
+ * The legend's box: a labelled group that keeps its clicks and wheel away from the map, and
+ * folds to its "Legend" summary (open on wide screens, folded on narrow ones, as the reader
+ * leaves it after that). The rows go into its `.map-legend-rows`.
+ */
 export function legendBox(document) {
-  const box = document.createElement('div');
+  const box = document.createElement('details');
   box.className = 'map-legend';
-  box.setAttribute('role', 'group');
-  box.setAttribute('aria-label', 'Classes on the map');
+  box.open = !document.defaultView?.matchMedia?.(LEGEND_FOLDED_QUERY).matches;
+  const summary = document.createElement('summary');
+  summary.className = 'map-legend-summary';
+  summary.textContent = 'Legend';
+  const rows = document.createElement('div');
+  rows.className = 'map-legend-rows';
+  rows.setAttribute('role', 'group');
+  rows.setAttribute('aria-label', 'Classes on the map');
+  box.append(summary, rows);
   for (const type of ['click', 'dblclick', 'wheel', 'mousedown', 'touchstart']) {
     box.addEventListener(type, (event) => event.stopPropagation(), { passive: true });
   }

@@ -4,12 +4,14 @@
 
 import { createChat } from './chat.js';
 import { createLocationCard } from './location-card.js';
+import { wireLayout } from './layout.js';
 import { createLocationService } from './location.js';
 import { createAnnotationMap } from './map.js';
 import { pageClientTools } from './page-tools.js';
 import { groupSessionList } from './sessions-list.js';
 import { SOCKET_STATES, createSessionSocket } from './socket.js';
 
+wireLayout({ main: document.querySelector('.chat-layout') });
 const map = createAnnotationMap(document.getElementById('map'));
 window.geosenseMap = map;
 

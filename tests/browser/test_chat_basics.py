@@ -106,18 +106,3 @@ def test_after_a_lost_connection_the_socket_reconnects_and_serves_tools_again(lo
     assert page.evaluate("window.openedSockets.length") == 2
     ask(page, "what is the map view?")
     expect(last_answer(page)).to_contain_text("The map is centred on")
-
-
-def test_at_phone_width_the_map_sits_above_the_chat(browser, daphne_server, context_for):
-    from tests.browser.helpers import log_in
-
-    page = log_in(context_for(daphne_server, viewport={"width": 390, "height": 844}).new_page())
-    new_session(page)
-    ask(page, "how many trees are there?")
-    expect(last_answer(page)).to_contain_text("trees")
-
-    map_box = page.locator("#map").bounding_box()
-    chat_box = page.locator("#chat-panel").bounding_box()
-    assert map_box["y"] + map_box["height"] <= chat_box["y"] + 1
-    assert chat_box["width"] <= 390
-    screenshot(page, "chat-phone")

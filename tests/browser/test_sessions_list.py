@@ -27,7 +27,7 @@ def test_new_conversation_saves_nothing_until_the_first_message(
     page = logged_in_page
     page.wait_for_load_state("networkidle")
     before = session_count(daphne_server)
-    new_conversation = page.get_by_role("link", name="New conversation")
+    new_conversation = page.get_by_test_id("new-conversation")
 
     for _ in range(3):
         new_conversation.click()

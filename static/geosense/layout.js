@@ -1,0 +1,51 @@
+// The page's layout state at narrow widths (app.css, "Layout at every width"): the
+// conversations drawer (tablets and phones) and the map/chat switch (phones). The state lives on
+// the main element, which htmx never swaps, so it survives a conversation switch; on a desktop
+// the same attributes change nothing.
+
+/**
+ * @param {{main: HTMLElement, document?: Document}} options
+ * @returns {{setView: (view: 'chat' | 'map') => void, setDrawer: (open: boolean) => void}}
+ */
+export function wireLayout({ main, document = globalThis.document }) {
+  const toggle = document.getElementById('drawer-toggle');
+  const switchButtons = () => main.querySelectorAll('.view-switch [data-view]');
+
+  function setDrawer(open) {
+    const wasOpen = main.dataset.drawer === 'open';
+    main.dataset.drawer = open ? 'open' : 'closed';
+    toggle?.setAttribute('aria-expanded', open ? 'true' : 'false');
+    if (open) {
+      // The list is hidden until the transition starts: focus it on the next frame.
+      const first = () => document.querySelector('#sessions [aria-current="page"], #sessions a');
+      requestAnimationFrame(() => first()?.focus());
+    } else if (wasOpen && document.getElementById('sessions')?.contains(document.activeElement)) {
+      toggle?.focus();
+    }
+  }
+
+  function setView(view) {
+    main.dataset.view = view;
+    for (const button of switchButtons()) {
+      button.setAttribute('aria-pressed', button.dataset.view === view ? 'true' : 'false');
+    }
+  }
+
+  toggle?.addEventListener('click', () => setDrawer(main.dataset.drawer !== 'open'));
+  document.addEventListener('keydown', (event) => {
+    if (event.key === 'Escape' && main.dataset.drawer === 'open') setDrawer(false);
+  });
+  main.addEventListener('click', (event) => {
+    const target = event.target;
+    const button = target.closest('.view-switch [data-view]');
+    if (button) setView(button.dataset.view);
+    // Choosing a conversation (or a new one) closes the drawer, as does its backdrop.
+    if (target.closest('[data-drawer-close], #sessions a')) setDrawer(false);
+    // On a phone, asking to see something on the map shows the map.
+    if (target.closest('.highlight-apply, .chip[data-annotation-id]')) setView('map');
+  });
+
+  setView(main.dataset.view || 'chat');
+  setDrawer(false);
+  return { setView, setDrawer };
+}
