@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Case, F, TextField, When
+from django.db.models import Case, F, TextField, Value, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Length, Substr
 
@@ -37,7 +37,7 @@ IMAGE_TOKENS = 1_000
 ANSWER_RESERVE_TOKENS = 1_024
 TOOL_RESULT_CHARS = 8_000
 CONTEXT_PREVIEW_CHARS = 4_000
-READ_BATCH = 64
+READ_BATCH = 256
 LEFT_OUT_NOTE = (
     "Earlier turns of this conversation were left out of this request to fit the model's "
     "context window. If the user refers to something you cannot see here, say so and ask."
@@ -109,27 +109,25 @@ def _rows_before(session_id: object, before: int | None) -> list[_Row]:
 
 def _contexts_of(message_ids: Iterable[int]) -> dict[int, list[tuple[str, str, Any]]]:
     """message id → [(artifact_id, kind, data)]; a picture's data is its size only (the PNG is
-    read for the one message that sends it)."""
+    read for the one message that sends it). One query."""
     ids = list(message_ids)
-    found: dict[int, list[tuple[int, str, str, Any]]] = {}
     if not ids:
         return {}
-    others = (
+    rows = (
         Artifact.objects.filter(message_id__in=ids)
-        .exclude(kind="image")
-        .values_list("id", "message_id", "artifact_id", "kind", "data")
+        .annotate(
+            body=Case(When(kind="image", then=Value(None)), default=F("data")),
+            width=KT("data__width"),
+            height=KT("data__height"),
+        )
+        .order_by("id")
+        .values_list("message_id", "artifact_id", "kind", "body", "width", "height")
     )
-    images = (
-        Artifact.objects.filter(message_id__in=ids, kind="image")
-        .annotate(width=KT("data__width"), height=KT("data__height"))
-        .values_list("id", "message_id", "artifact_id", "width", "height")
-    )
-    for pk, message_id, artifact_id, kind, data in others:
-        found.setdefault(message_id, []).append((pk, artifact_id, kind, data))
-    for pk, message_id, artifact_id, width, height in images:
-        size = {"width": width, "height": height}
-        found.setdefault(message_id, []).append((pk, artifact_id, "image", size))
-    return {mid: [item[1:] for item in sorted(items)] for mid, items in found.items()}
+    found: dict[int, list[tuple[str, str, Any]]] = {}
+    for message_id, artifact_id, kind, body, width, height in rows:
+        data = {"width": width, "height": height} if kind == "image" else body
+        found.setdefault(message_id, []).append((artifact_id, kind, data))
+    return found
 
 
 def _pictures_of(message_id: int) -> dict[str, str]:
@@ -218,7 +216,12 @@ class _Gather:
         entries, cost = [], 0
         for row in reversed(rows):
             pictures = None
-            if newest and self.images and row.role == Message.Role.USER:
+            if (
+                newest
+                and self.images
+                and row.role == Message.Role.USER
+                and any(kind == "image" for _, kind, _ in contexts.get(row.id, ()))
+            ):
                 pictures = _pictures_of(row.id)
             entry, tokens = _entry(row, contexts, pictures)
             entries.append(entry)
