@@ -68,7 +68,9 @@ def main() -> None:
     print(f"index built in {time.perf_counter() - started:.1f} s; rss {rss_mb():,.0f} MB")
     started = time.perf_counter()
     tiles.tiles_warm(index)
-    print(f"tiles' shapes worked out in {time.perf_counter() - started:.1f} s; rss {rss_mb():,.0f} MB")
+    print(
+        f"tiles' shapes worked out in {time.perf_counter() - started:.1f} s; rss {rss_mb():,.0f} MB"
+    )
     meta = tiles.tile_backend().metadata()
     west, south, east, north = meta.bounds
     lon, lat = (west + east) / 2, (south + north) / 2
@@ -109,11 +111,17 @@ def main() -> None:
     by_zoom = {}
     for (z, _, _), size in sizes.items():
         by_zoom[z] = max(by_zoom.get(z, 0), size)
-    print("  largest tile per zoom (KB): " + ", ".join(f"z{z} {s / 1000:.0f}" for z, s in sorted(by_zoom.items())))
+    print(
+        "  largest tile per zoom (KB): "
+        + ", ".join(f"z{z} {s / 1000:.0f}" for z, s in sorted(by_zoom.items()))
+    )
     cold_by_zoom = {}
     for t, seconds in zip(tour, results["cold"], strict=True):
         cold_by_zoom.setdefault(t[0], []).append(seconds)
-    print("  cold median per zoom: " + ", ".join(f"z{z} {ms(statistics.median(v))}" for z, v in sorted(cold_by_zoom.items())))
+    print(
+        "  cold median per zoom: "
+        + ", ".join(f"z{z} {ms(statistics.median(v))}" for z, v in sorted(cold_by_zoom.items()))
+    )
     low = []
     for z in range(0, 12):
         fx, fy = tile_of(lon, lat, z)
@@ -124,7 +132,9 @@ def main() -> None:
         + ", ".join(f"z{z} {s / 1000:.0f}/{ms(t)}" for z, s, t in low)
     )
     largest = max([*sizes.values(), *(s for _, s, _ in low)])
-    print(f"largest tile: {largest / 1000:.0f} KB (cap {tiles.MAX_TILE_BYTES / 1000:.0f} KB); rss {rss_mb():,.0f} MB")
+    print(
+        f"largest tile: {largest / 1000:.0f} KB (cap {tiles.MAX_TILE_BYTES / 1000:.0f} KB); rss {rss_mb():,.0f} MB"
+    )
 
 
 if __name__ == "__main__":
