@@ -2,6 +2,8 @@
 
 from typing import Any
 
+import numpy as np
+
 from geosense.annotations import selectors, services
 from geosense.annotations.classes import class_label, class_match, class_plural, with_article
 from geosense.annotations.types import (
@@ -195,7 +197,7 @@ def spatial_relation(context: ToolContext, arguments: dict[str, Any]) -> dict[st
             source=source, target=target, distance_m=float(distance), bbox=bbox
         )
         ids, links = within.source_ids.tolist(), within.target_ids.tolist()
-        values = [round(v, 2) for v in within.distances_m.tolist()]
+        values = np.round(within.distances_m, 2).tolist()
         link_type = "distance"
     else:
         pairs = selectors.annotations_overlapping(source=source, target=target, bbox=bbox)
@@ -203,13 +205,14 @@ def spatial_relation(context: ToolContext, arguments: dict[str, Any]) -> dict[st
         links = [p.target_id for p in pairs]
         values = [round(p.share, 4) for p in pairs]
         link_type = "overlap"
-    areas = selectors.annotation_areas(ids=ids) if ids else {}
+    # Columns for up to hundreds of thousands of pairs: worked out in numpy, not per id.
+    areas = np.round(selectors.annotation_areas(ids=ids), 2).tolist() if ids else []
     data = {
         "ids": ids,
         "links": links,
         "linkValues": values,
         "linkType": link_type,
-        "areas": [round(areas.get(i, 0.0), 2) for i in ids],
+        "areas": areas,
         "attributeHints": {"areas": "area"},
         "source": source,
         "target": target,

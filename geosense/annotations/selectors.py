@@ -111,10 +111,10 @@ def annotations_missing(*, ids: Sequence[int]) -> tuple[list[int], list[int]]:
     return absent[deleted].tolist(), absent[~deleted].tolist()
 
 
-def annotation_areas(*, ids: Sequence[int]) -> dict[int, float]:
-    """id → geodesic area of live annotations, for attributes of large answers: read from the
-    index, which keeps every annotation's measures (an answer may name 100,000 ids)."""
-    return {pk: area for pk, (_, area, _) in spatial_index().measures_of(ids).items()}
+def annotation_areas(*, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The geodesic area of each of ids (0 for one not live), for attributes of large answers:
+    read from the index, which keeps every annotation's measures (an answer may name 400,000)."""
+    return spatial_index().areas_of(np.asarray(ids, dtype=np.int64))
 
 
 def annotation_list(
