@@ -107,9 +107,9 @@ def _rows_before(session_id: object, before: int | None) -> list[_Row]:
     return [_Row(*values) for values in rows.values_list(*fields)[:READ_BATCH]]
 
 
-def _contexts_of(message_ids: Iterable[int]) -> dict[int, list[tuple[str, str, Any]]]:
+def contexts_of_messages(message_ids: Iterable[int]) -> dict[int, list[tuple[str, str, Any]]]:
     """message id → [(artifact_id, kind, data)]; a picture's data is its size only (the PNG is
-    read for the one message that sends it). One query."""
+    read for the one message whose picture is sent, `_pictures_of`). One query."""
     ids = list(message_ids)
     if not ids:
         return {}
@@ -125,9 +125,16 @@ def _contexts_of(message_ids: Iterable[int]) -> dict[int, list[tuple[str, str, A
     )
     found: dict[int, list[tuple[str, str, Any]]] = {}
     for message_id, artifact_id, kind, body, width, height in rows:
-        data = {"width": width, "height": height} if kind == "image" else body
+        data = {"width": _whole(width), "height": _whole(height)} if kind == "image" else body
         found.setdefault(message_id, []).append((artifact_id, kind, data))
     return found
+
+
+def _whole(value: Any) -> Any:
+    """A picture's size as a number on every database (PostgreSQL's `->>` gives text)."""
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
 
 
 def _pictures_of(message_id: int) -> dict[str, str]:
@@ -245,7 +252,7 @@ def history_window(*, session_id: object, budget: int, images: bool = False) -> 
     before: int | None = None
     while True:
         batch = _rows_before(session_id, before)
-        contexts.update(_contexts_of(r.id for r in batch if r.role == Message.Role.USER))
+        contexts.update(contexts_of_messages(r.id for r in batch if r.role == Message.Role.USER))
         for row in batch:
             if turn_rows and row.turn != turn_rows[-1].turn:
                 if not gather.take(turn_rows, contexts):

@@ -17,7 +17,7 @@ from tools.registry import backend_tool
 
 from . import processes
 from .agents.base import AttachedContext, UserRequest
-from .history import image_data_url
+from .history import contexts_of_messages, image_data_url
 from .models import (
     Approval,
     Artifact,
@@ -279,7 +279,8 @@ def client_toolset_of_session(*, session_id: object) -> ClientToolset | None:
 
 def user_request_latest(*, session_id: object) -> UserRequest:
     """The session's latest user message and the data contexts attached to it, as data (the
-    model reads them as text in `chat.history`; the local agent reads them as they are)."""
+    model reads them as text in `chat.history`; the local agent reads them as they are). A
+    picture is its size only: no agent reads its PNG here, and a step need not load it."""
     message = (
         Message.objects.filter(session_id=session_id, role=Message.Role.USER)
         .order_by("-id")
@@ -289,8 +290,6 @@ def user_request_latest(*, session_id: object) -> UserRequest:
         return UserRequest(text="", contexts=())
     contexts = tuple(
         AttachedContext(type=kind, artifact_id=artifact_id, data=data)
-        for artifact_id, kind, data in Artifact.objects.filter(message=message)
-        .order_by("id")
-        .values_list("artifact_id", "kind", "data")
+        for artifact_id, kind, data in contexts_of_messages([message.pk]).get(message.pk, [])
     )
     return UserRequest(text=message.content, contexts=contexts)

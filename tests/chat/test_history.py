@@ -229,3 +229,25 @@ async def test_the_model_is_told_when_earlier_turns_were_left_out(
     assert messages[0]["role"] == "user" and messages[-1] == {"role": "user", "content": "hello"}
     assert 4 < len(messages) < 400 * 4
     assert tokens_estimate(request) < 20_000
+
+
+def test_the_latest_request_carries_a_pictures_size_not_its_png(session):
+    from chat.selectors import user_request_latest
+
+    message = Message.objects.create(session=session, turn=1, role="user", content="look")
+    for kind, data in (("image", {"png": PNG, "width": 8, "height": 6}), ("position", {"z": 1})):
+        Artifact.objects.create(
+            session=session,
+            artifact_id=f"{kind}-1",
+            kind=kind,
+            data=data,
+            origin=f"client:{kind}",
+            message=message,
+        )
+
+    request = user_request_latest(session_id=session.pk)
+
+    assert [(c.type, c.artifact_id, c.data) for c in request.contexts] == [
+        ("image", "image-1", {"width": 8, "height": 6}),
+        ("position", "position-1", {"z": 1}),
+    ]
