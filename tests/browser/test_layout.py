@@ -80,7 +80,7 @@ def test_the_composer_the_conversations_and_the_map_are_usable_at_every_width(
     # The map is there (on a phone, behind the switch) and the legend leaves it visible.
     if viewport is PHONE:
         expect(page.locator("#map")).not_to_be_visible()
-        page.get_by_role("button", name="Map").click()
+        page.get_by_role("button", name="Map", exact=True).click()
         expect(page.get_by_label("Your message")).not_to_be_visible()
     expect(page.locator("#map")).to_be_visible()
     page.wait_for_function("window.geosenseMap && window.geosenseMap.ready === true")
@@ -95,7 +95,7 @@ def test_on_a_phone_the_legend_unfolds_and_the_drawer_closes_on_escape(
 ):
     page = log_in(context_for(daphne_server, viewport=PHONE).new_page())
     new_session(page)
-    page.get_by_role("button", name="Map").click()
+    page.get_by_role("button", name="Map", exact=True).click()
     page.wait_for_function("window.geosenseMap && window.geosenseMap.ready === true")
     tree = page.locator('.map-legend input[data-class="tree"]')
     expect(tree).not_to_be_visible()
@@ -129,6 +129,8 @@ def test_on_a_phone_showing_an_answer_on_the_map_switches_to_the_map(
     chip.click()
 
     expect(page.locator("#map")).to_be_visible()
-    expect(page.get_by_role("button", name="Map")).to_have_attribute("aria-pressed", "true")
-    page.get_by_role("button", name="Chat").click()
+    expect(page.get_by_role("button", name="Map", exact=True)).to_have_attribute(
+        "aria-pressed", "true"
+    )
+    page.get_by_role("button", name="Chat", exact=True).click()
     expect(chip).to_be_visible()
