@@ -76,9 +76,30 @@ def test_unset_provider_settings_take_their_defaults():
         ({"GEOSENSE_LLM_CHUNK_TIMEOUT": "0"}, "GEOSENSE_LLM_CHUNK_TIMEOUT must be at least 0.1"),
         ({"GEOSENSE_LLM_CONNECT_TIMEOUT": "x"}, "GEOSENSE_LLM_CONNECT_TIMEOUT must be a number"),
         ({"GEOSENSE_LLM_TOOL_CHOICE": "any tool"}, "GEOSENSE_LLM_TOOL_CHOICE must be auto"),
+        (
+            {"GEOSENSE_LLM_CONTEXT_TOKENS": "512"},
+            "GEOSENSE_LLM_CONTEXT_TOKENS must be at least 1024",
+        ),
+        ({"GEOSENSE_LLM_CONTEXT_TOKENS": "8k"}, "GEOSENSE_LLM_CONTEXT_TOKENS must be a whole"),
+        ({"GEOSENSE_CREDITS_PER_1K_TOKENS": "-1"}, "GEOSENSE_CREDITS_PER_1K_TOKENS must be"),
+        ({"GEOSENSE_CREDITS_PER_1K_TOKENS": "free"}, "GEOSENSE_CREDITS_PER_1K_TOKENS must be a"),
     ],
 )
 def test_a_wrong_provider_setting_stops_the_start_with_a_clear_message(env, message):
     done = start("GEOSENSE_LLM_HEADERS", **env)
     assert done.returncode != 0
     assert "ImproperlyConfigured" in done.stderr and message in done.stderr
+
+
+MODEL_USE = "GEOSENSE_LLM_VISION, GEOSENSE_LLM_CONTEXT_TOKENS, GEOSENSE_CREDITS_PER_1K_TOKENS"
+
+
+def test_vision_context_and_token_price_default_to_on_32000_and_free_and_are_read():
+    assert start(MODEL_USE).stdout.strip() == "(True, 32000, 0.0)"
+    done = start(
+        MODEL_USE,
+        GEOSENSE_LLM_VISION="0",
+        GEOSENSE_LLM_CONTEXT_TOKENS="8192",
+        GEOSENSE_CREDITS_PER_1K_TOKENS="2.5",
+    )
+    assert done.stdout.strip() == "(False, 8192, 2.5)", done.stderr
