@@ -18,7 +18,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.utils import timezone
 
-from chat import selectors, services
+from chat import outage, selectors, services
 from chat.events import session_group, session_socket_attach, session_socket_detach
 from chat.models import ChatSession
 from geosense import wire
@@ -38,7 +38,7 @@ from tools.schemas import CheckTooCostly, checked_off_loop, value_bounds_problem
 
 # The largest answer a page may send (tools.schemas.VALUE_MAX_BYTES) and its envelope.
 FRAME_MAX_CHARS = 80 * 1024
-CLOSE_UNAUTHENTICATED = 4401
+CLOSE_UNAUTHENTICATED = wire.CLOSE_UNAUTHENTICATED
 # Parsing a frame holds the event loop (json.loads holds the GIL wherever it runs), so what
 # one user's sockets may send in this process is metered before parsing: a page sends a few
 # KiB a minute; a hostile one gets 128 KiB/s, a few milliseconds of parsing a second.
@@ -87,6 +87,19 @@ def _unregister(*, channel_name: str) -> None:
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     """Dispatches each client frame on its `type`; group and layer messages by their name."""
 
+    async def __call__(self, scope, receive, send) -> None:
+        """A channel layer that cannot give the socket its channel (Redis is down) refuses it
+        with `CLOSE_LIVE_LOST`, a code the page reads, instead of an HTTP 500 on the upgrade."""
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception as exc:
+            if "channel_name" in self.__dict__:  # the layer gave it: not a refusal
+                raise
+            outage.layer_failed(exc)
+            if (await receive())["type"] == "websocket.connect":
+                await send({"type": "websocket.accept"})
+                await send({"type": "websocket.close", "code": wire.CLOSE_LIVE_LOST})
+
     async def dispatch(self, message: dict) -> None:
         """Channels' dispatch without its thread hop: it closes stale database connections in
         a worker thread before every handler (twice per client-tool call); every ORM call of
@@ -119,24 +132,52 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 )
             # Every page hears of writes to annotations (its map reloads what changed).
             self.auth_groups.append(wire.ANNOTATIONS_GROUP)
-            for group in self.auth_groups:
-                await self.channel_layer.group_add(group, self.channel_name)
+            live = await self._layer_call(
+                *(self.channel_layer.group_add(g, self.channel_name) for g in self.auth_groups)
+            )
         # Accept, then close with a code the page can read (a refused handshake has none).
         await self.accept()
         if not self.authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
+        if not live:
+            await self.close(code=wire.CLOSE_LIVE_LOST)
+            return
+        outage.socket_watch(self.channel_name, self._live_lost)
         # Invokes from turns of this process come straight here, not through the layer.
         client_socket_attach(
             self.channel_name, invoke=self.client_tool_invoke, forget=self.client_tool_forget
         )
 
+    async def _layer_call(self, *operations) -> bool:
+        """Run these channel-layer operations in turn; False (and the outage noted, once) if
+        the layer failed."""
+        try:
+            for operation in operations:
+                await operation
+        except Exception as exc:
+            for operation in operations:
+                operation.close()  # the ones never awaited
+            outage.layer_failed(exc)
+            return False
+        outage.layer_ok()
+        return True
+
+    async def _live_lost(self) -> None:
+        await self.close(code=wire.CLOSE_LIVE_LOST)
+
     async def disconnect(self, code: int) -> None:
         client_socket_detach(self.channel_name)
+        outage.socket_unwatch(self.channel_name)
         if getattr(self, "expiry", None) is not None:
             self.expiry.cancel()
-        for group in getattr(self, "auth_groups", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+        # During an outage these fail like everything else: the layer forgets dead channels.
+        await self._layer_call(
+            *(
+                self.channel_layer.group_discard(group, self.channel_name)
+                for group in getattr(self, "auth_groups", [])
+            )
+        )
         calls, self.calls = getattr(self, "calls", {}), {}
         for correlation_id, reply_to in calls.items():
             # Answered at once: the engine must not sit out its time-out for a closed tab.
@@ -149,8 +190,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 )
         if getattr(self, "session_id", None) is not None:
             session_socket_detach(self.session_id, self.channel_name)
-            await self.channel_layer.group_discard(
-                session_group(self.session_id), self.channel_name
+            await self._layer_call(
+                self.channel_layer.group_discard(session_group(self.session_id), self.channel_name)
             )
             if self.tools:
                 await _unregister(channel_name=self.channel_name)
@@ -193,10 +234,15 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if self.session_id != session.pk:
             if self.session_id is not None:
                 session_socket_detach(self.session_id, self.channel_name)
-                await self.channel_layer.group_discard(
-                    session_group(self.session_id), self.channel_name
+                await self._layer_call(
+                    self.channel_layer.group_discard(
+                        session_group(self.session_id), self.channel_name
+                    )
                 )
-            await self.channel_layer.group_add(session_group(session.pk), self.channel_name)
+            if not await self._layer_call(
+                self.channel_layer.group_add(session_group(session.pk), self.channel_name)
+            ):
+                return await self._live_lost()
             session_socket_attach(session.pk, self.channel_name, self.turn_event)
             self.session_id = session.pk
             if self.tools:

@@ -15,6 +15,8 @@ from channels.layers import get_channel_layer
 
 from geosense.wire import TurnEvent, TurnEventMessage, turn_event_message
 
+from . import outage
+
 logger = logging.getLogger(__name__)
 
 Relay = Callable[[TurnEventMessage], Awaitable[None]]
@@ -94,5 +96,6 @@ async def _group_send(session_id: object, event: TurnEvent, delivered: list[str]
         )
     except asyncio.CancelledError:
         raise
-    except Exception:  # the socket side is best effort; the database is the record
-        logger.exception("could not relay a turn event to the session's sockets")
+    except Exception as exc:  # the socket side is best effort; the database is the record
+        # Logged once per outage; the sockets are told to read the stored transcript.
+        outage.layer_failed(exc)

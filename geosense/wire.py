@@ -522,6 +522,13 @@ class ClientToolCancelledFrame(TypedDict):
     correlationId: str
 
 
+# Close codes the page reads (static/geosense/wire.js CLOSE_CODES).
+CLOSE_UNAUTHENTICATED = 4401
+# The live channel failed (the channel layer, Redis, is unreachable): read the stored
+# transcript and reconnect with the usual back-off (chat/outage.py).
+CLOSE_LIVE_LOST = 4503
+
+
 class EventFrame(TypedDict):
     type: Literal["event"]
     event: EventName

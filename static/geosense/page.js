@@ -96,6 +96,7 @@ const socket = createSessionSocket({
   tools: () => tools,
   onEvent: (name, data) => chat?.onSocketEvent(name, data),
   onBound: () => chat?.catchUp(),
+  onLiveLost: () => chat?.catchUp(),
   onState: showState,
   onFrameError: (frame) => {
     if (frame.status !== 404) console.warn('GeoSense socket:', frame.error);

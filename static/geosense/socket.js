@@ -6,6 +6,7 @@
 // ended): then the handler's signal aborts and no answer is sent. Frames: wire.js.
 
 import {
+  CLOSE_CODES,
   SERVER_FRAMES,
   clientToolRegisterFrame,
   clientToolResultFrame,
@@ -16,7 +17,6 @@ const BACKOFF_MS = [500, 1000, 2000, 4000, 8000, 15000];
 // How long a bind waits for the tools to be registered before it lets the caller go on (the
 // first message of a new conversation waits, so its turn can call the page's tools).
 const BIND_WAIT_MS = 5000;
-const CLOSE_UNAUTHENTICATED = 4401;
 
 /** Connection states shown to the user. */
 export const SOCKET_STATES = Object.freeze({
@@ -55,6 +55,8 @@ function createWaiters(later, cancelLater) {
  */
 
 /**
+ * `onLiveLost`: the server's live channel failed (close code `CLOSE_CODES.liveLost`): show the
+ * stored transcript now; the socket reconnects by itself and catches up again once bound.
  * @param {{
  *   url?: string,
  *   session?: string | null,
@@ -63,6 +65,7 @@ function createWaiters(later, cancelLater) {
  *   onState?: (state: keyof typeof SOCKET_STATES) => void,
  *   onFrameError?: (frame: import('./wire.js').ErrorFrame) => void,
  *   onBound?: (session: string) => void,
+ *   onLiveLost?: () => void,
  *   onCancelled?: (call: {correlationId: string, name: string}) => void,
  *   onAnnotationsChanged?: (revision: string) => void,
  *   WebSocket?: typeof WebSocket,
@@ -78,6 +81,7 @@ export function createSessionSocket({
   onState = () => {},
   onFrameError = () => {},
   onBound = () => {},
+  onLiveLost = () => {},
   onCancelled = () => {},
   onAnnotationsChanged = () => {},
   WebSocket: Socket = globalThis.WebSocket,
@@ -178,10 +182,8 @@ export function createSessionSocket({
       for (const call of answering.values()) call.controller.abort();
       answering.clear();
       if (stopped) return;
-      if (event.code === CLOSE_UNAUTHENTICATED) {
-        onState('offline');
-        return;
-      }
+      if (event.code === CLOSE_CODES.unauthenticated) return onState('offline'); // log in again
+      if (event.code === CLOSE_CODES.liveLost) onLiveLost();
       const delay = BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length - 1)];
       attempt += 1;
       onState(attempt > 3 ? 'offline' : 'reconnecting');

@@ -28,6 +28,13 @@ export const CLIENT_FRAMES = Object.freeze({
   clientToolResult: 'client-tool-result',
 });
 
+/** The codes the server closes a socket with: log in again; the live channel failed (read the
+ * stored transcript, then reconnect). geosense/wire.py CLOSE_*. */
+export const CLOSE_CODES = Object.freeze({
+  unauthenticated: 4401,
+  liveLost: 4503,
+});
+
 /** The frames the server sends. */
 export const SERVER_FRAMES = Object.freeze({
   sessionBound: 'session-bound',

@@ -230,6 +230,21 @@ test('an unauthenticated close (4401) stops reconnecting and says offline', () =
   assert.equal(seen.states.at(-1), 'offline');
 });
 
+test('a live-lost close (4503) shows the stored transcript at once, then reconnects', () => {
+  let lost = 0;
+  const { seen, ws } = harness({ onLiveLost: () => { lost += 1; } });
+  ws().open();
+  ws().receive({ type: 'session-bound', session: 's1' });
+  ws().closeWith(4503);
+  assert.equal(lost, 1);
+  assert.equal(seen.later.length, 1);
+  seen.later.shift().fn();
+  ws().open();
+  assert.deepEqual(ws().sent, [{ type: 'session-bind', session: 's1' }]);
+  ws().closeWith(1006);
+  assert.equal(lost, 1);
+});
+
 test('close() stops it for good', () => {
   const { socket, seen, ws } = harness();
   ws().open();
