@@ -159,7 +159,12 @@ async def sessions(request: HttpRequest) -> JsonResponse:
     title = body.get("title", "")
     if not isinstance(title, str):
         return _error("title must be a string", 400)
-    session = await sync_to_async(services.session_create)(user=user, title=title)
+    allow = body.get("allow_backend_tools", False)
+    if not isinstance(allow, bool):
+        return _error("allow_backend_tools must be true or false", 400)
+    session = await sync_to_async(services.session_create)(
+        user=user, title=title, allow_backend_tools=allow
+    )
     return JsonResponse(selectors.session_serialize(session), status=201)
 
 

@@ -37,8 +37,10 @@ class SessionBusy(Exception):
     """Another turn runs in this session."""
 
 
-def session_create(*, user, title: str = "") -> ChatSession:
-    return ChatSession.objects.create(user=user, title=title.strip()[:200])
+def session_create(*, user, title: str = "", allow_backend_tools: bool = False) -> ChatSession:
+    return ChatSession.objects.create(
+        user=user, title=title.strip()[:200], allow_backend_tools=allow_backend_tools
+    )
 
 
 def session_update(

@@ -1,4 +1,5 @@
-// The chat session the panel shows: created on first use, and its allow_backend_tools toggle.
+// The chat session the panel shows: created by its first message, and its allow_backend_tools
+// toggle (ticked before that, it is sent with the creation).
 
 import { errorText, request } from './http.js';
 
@@ -14,20 +15,34 @@ export function createSessionState({ panel, notice, onCreated = () => {}, docume
   const toggle = panel.querySelector('#allow-backend-tools');
   let id = panel.dataset.sessionId || null;
 
-  /** The session's id, creating the session first when the panel shows a new conversation. */
-  async function ensure() {
-    if (id) return id;
-    const response = await request('/api/sessions', { method: 'POST', body: {}, document });
+  let creating = null; // the one request creating the session, shared by concurrent callers
+
+  /**
+   * The session's id, creating the session first when the panel shows a new conversation (its
+   * first message): with "Allow backend tools" as the reader set it before.
+   */
+  function ensure() {
+    if (id) return Promise.resolve(id);
+    creating ??= create().finally(() => {
+      creating = null;
+    });
+    return creating;
+  }
+
+  async function create() {
+    const body = { allow_backend_tools: Boolean(toggle?.checked) };
+    const response = await request('/api/sessions', { method: 'POST', body, document });
     if (!response.ok) throw new Error(await errorText(response));
     id = (await response.json()).id;
     panel.dataset.sessionId = id;
-    if (toggle) toggle.disabled = false;
     history.replaceState(null, '', `/chat/${id}/`);
     await onCreated(id); // the socket is bound and the tools registered before the first turn
     return id;
   }
 
   async function setAllowBackendTools(wanted) {
+    // A conversation not saved yet keeps the wish in the box until its first message.
+    if (!id && !creating) return;
     try {
       await ensure();
       const response = await request(`/api/sessions/${id}`, {

@@ -34,6 +34,7 @@ def test_new_conversation_saves_nothing_until_the_first_message(
         page.wait_for_url(re.compile(r"/chat/$"))
         expect(page.locator("#chat-panel")).to_have_attribute("data-session-id", "")
 
+    page.get_by_label("Allow backend tools").check()  # a wish, kept until the first message
     assert session_count(daphne_server) == before
     ask(page, "how many trees are there?")
 
@@ -47,6 +48,13 @@ def test_new_conversation_saves_nothing_until_the_first_message(
     entry = current.locator("xpath=..")
     expect(entry.locator("time")).to_have_text(re.compile(r"^(just now|\d+ min ago)$"))
     expect(page.locator(".session-list .session-day").first).to_have_text("Today")
+    allowed = daphne_server.sql(
+        "SELECT allow_backend_tools FROM chat_chatsession WHERE id = ?",
+        (session_id.replace("-", ""),),
+    )
+    assert allowed == [(1,)]
+    page.reload()
+    expect(page.get_by_label("Allow backend tools")).to_be_checked()
     assert page_errors == []
 
 

@@ -386,6 +386,23 @@ async def test_sessions_are_created_listed_newest_first_and_patched(client, call
     assert bad.status_code == 400
 
 
+async def test_a_session_may_be_created_with_backend_tools_allowed(client, caller):
+    """The page's "Allow backend tools" ticked before the first message creates it so."""
+    headers = {"Authorization": f"Bearer {caller.token}"}
+
+    async def create(data: str):
+        return await client.post(
+            "/api/sessions", data=data, content_type="application/json", headers=headers
+        )
+
+    created = await create('{"allow_backend_tools": true}')
+    assert created.status_code == 201
+    assert json.loads(created.content)["allow_backend_tools"] is True
+    refused = await create('{"allow_backend_tools": "yes"}')
+    assert refused.status_code == 400
+    assert "allow_backend_tools must be true or false" in json.loads(refused.content)["error"]
+
+
 async def test_artifacts_are_served_to_their_owner_only(
     client, trusted_caller, openai_agent, neighbourhood
 ):
