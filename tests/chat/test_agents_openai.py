@@ -16,7 +16,7 @@ from tools.registry import backend_tools
 ASKED = "what is here?"
 RESULTS = {
     "list_classes": {"counts": {}, "total": 0},
-    "measure": {"error": "There is no annotation 7."},
+    "measure": {"error": "There is no annotation #7."},
 }
 
 
@@ -51,7 +51,12 @@ async def test_every_dialect_plays_through_the_agent_and_the_engine(
             f"The language model server reported an error: {played.error}"
         )
         assert out.of("error") == [{"message": said}]
-        assert history == [("user", ASKED, [], ""), ("note", said, [], "")]
+        # What the person already saw stays, cut off (issue 15): only a stream that failed
+        # before its first word stores no answer.
+        kept = [("assistant", out.text, [], "")] if out.text else []
+        assert history == [("user", ASKED, [], ""), *kept, ("note", said, [], "")]
+        cut_off = Message.objects.filter(session=trusted_caller.session, role="assistant")
+        assert [m.cut_off async for m in cut_off] == [True] * len(kept)
         return
 
     thinking = [e["text"] for e in out.of("backend_thinking")]
