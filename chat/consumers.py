@@ -34,7 +34,12 @@ from tools.client import (
     client_tools_declare,
 )
 from tools.registry import backend_tool_names
-from tools.schemas import CheckTooCostly, checked_off_loop, value_bounds_problem
+from tools.schemas import (
+    CheckTooCostly,
+    checked_inline,
+    checked_off_loop,
+    value_bounds_problem,
+)
 
 # The largest answer a page may send (tools.schemas.VALUE_MAX_BYTES) and its envelope.
 FRAME_MAX_CHARS = 80 * 1024
@@ -62,9 +67,9 @@ def _inbound_bucket(user_id: int) -> TokenBucket:
     return bucket
 
 
-async def _bounds_problem(value: object) -> str | None:
+async def _bounds_problem(value: object, *, size: int) -> str | None:
     try:
-        return await checked_off_loop(value_bounds_problem, value)
+        return await checked_inline(value_bounds_problem, value, size=size)
     except CheckTooCostly:
         return "the answer could not be measured in time"
 
@@ -216,6 +221,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         handler = self.handlers.get(frame["type"])
         if handler is None:
             return await self.error(400, f"unknown frame type {frame['type'][:64]!r}")
+        self.frame_chars = len(text_data)  # the answer's checks run on the loop when small
         try:
             await handler(self, frame)
         except wire.FrameInvalid as exc:
@@ -294,10 +300,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return await self.error(
                 404, "unknown correlation id", correlation_id=correlation_id[:64]
             )
-        answer = wire.client_tool_answer_message(result, error_max_chars=CLIENT_ERROR_MAX_CHARS)
+        answer = wire.client_tool_answer_message(
+            result, error_max_chars=CLIENT_ERROR_MAX_CHARS, size=self.frame_chars
+        )
         if "result" in answer:
             # Bounded before it is copied onto the channel layer; the engine checks the schema.
-            problem = await _bounds_problem(answer["result"])
+            problem = await _bounds_problem(answer["result"], size=self.frame_chars)
             if problem:
                 await self.error(413, problem, correlation_id=correlation_id[:64])
                 answer = wire.client_tool_failure_message(

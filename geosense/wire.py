@@ -337,6 +337,8 @@ class ClientToolAnswerMessage(TypedDict):
     result: NotRequired[dict[str, Any]]
     error: NotRequired[str]
     failure: NotRequired[str]
+    # The length of the page's frame: a small answer is checked on the event loop.
+    size: NotRequired[int]
 
 
 class AuthRevokedMessage(TypedDict):
@@ -402,12 +404,14 @@ def client_tool_invoke_message(
 
 
 def client_tool_answer_message(
-    frame: "ClientToolResultFrame", *, error_max_chars: int
+    frame: "ClientToolResultFrame", *, error_max_chars: int, size: int | None = None
 ) -> ClientToolAnswerMessage:
     """The page's answer, passed on to the engine (a refusal cut to `error_max_chars`)."""
     answer = ClientToolAnswerMessage(type=CLIENT_TOOL_ANSWER, correlation_id=frame["correlationId"])
     if "result" in frame:
         answer["result"] = frame["result"]
+        if size is not None:
+            answer["size"] = size
     else:
         answer["error"] = frame["error"][:error_max_chars]
     return answer

@@ -472,7 +472,10 @@ async def _answer_read(tool: ClientTool, message: ClientToolAnswerMessage) -> Cl
             ok=False, result=None, error="The client's answer was not a JSON object."
         )
     if tool.result is not None:
-        problem = await validation_problem(schema=tool.result, value=result)
+        size = message.get("size")
+        problem = await validation_problem(
+            schema=tool.result, value=result, size=size if isinstance(size, int) else None
+        )
         if problem:
             return ClientAnswer(
                 ok=False,

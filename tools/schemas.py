@@ -47,6 +47,11 @@ SCHEMA_MAX_DEPTH = 32  # JSON nesting of a declared schema (about 15 levels of s
 VALUE_MAX_DEPTH = 32
 VALUE_MAX_BYTES = 64 * 1024
 CHECK_BUDGET_SECONDS = 0.25
+# A value whose JSON text is at most this long is checked on the event loop, within
+# INLINE_BUDGET_SECONDS of CPU (a hop to the schema threads costs more than such a check);
+# one that needs longer is checked again in the threads with the full budget.
+INLINE_MAX_CHARS = 4 * 1024
+INLINE_BUDGET_SECONDS = 0.002
 YIELD_SECONDS = 0.0005  # CPU time between two GIL hand-overs to the event loop's thread
 
 T = TypeVar("T")
@@ -294,6 +299,7 @@ def validation_error(*, schema: Mapping[str, Any], value: Any) -> str | None:
     try:
         return _problems(schema=schema, value=value)
     except CheckTooCostly:
+        _local.inline_too_costly = True  # checked_inline tries again in the threads
         budget = _local.deadline - _local.started
         return f"(root): the value could not be checked within {budget:.2g} s and is refused"
 
@@ -331,11 +337,40 @@ def _short(message: str, limit: int = 200) -> str:
 
 
 async def validation_problem(
-    *, schema: Mapping[str, Any], value: Any, budget: float = CHECK_BUDGET_SECONDS
+    *,
+    schema: Mapping[str, Any],
+    value: Any,
+    budget: float = CHECK_BUDGET_SECONDS,
+    size: int | None = None,
 ) -> str | None:
     """`validation_error` off the event loop, within `budget` seconds: the one way callers
-    validate a value that the model or a browser sent."""
-    return await checked_off_loop(validation_error, schema=schema, value=value, budget=budget)
+    validate a value that the model or a browser sent. `size`, the length of the JSON text
+    the value came in, when known: a small value is checked here first (`checked_inline`)."""
+    return await checked_inline(
+        validation_error, size=size, budget=budget, schema=schema, value=value
+    )
+
+
+async def checked_inline(
+    fn: Callable[..., T],
+    /,
+    *args: Any,
+    size: int | None,
+    budget: float = CHECK_BUDGET_SECONDS,
+    **kwargs: Any,
+) -> T:
+    """`checked_off_loop`, except that a value of at most `INLINE_MAX_CHARS` of JSON is
+    checked on the loop within `INLINE_BUDGET_SECONDS` of CPU; past that, in the threads."""
+    if size is not None and size <= INLINE_MAX_CHARS:
+        _local.inline_too_costly = False
+        try:
+            result = _with_deadline(INLINE_BUDGET_SECONDS, fn, *args, **kwargs)
+        except CheckTooCostly:
+            pass
+        else:
+            if not _local.inline_too_costly:
+                return result
+    return await checked_off_loop(fn, *args, budget=budget, **kwargs)
 
 
 def arguments_decode(raw: str | Mapping[str, Any] | None) -> dict[str, Any]:

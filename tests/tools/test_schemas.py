@@ -152,3 +152,50 @@ def test_checks_run_in_the_schema_worker_threads():
 
     asyncio.run(check())
     assert seen[0].startswith("schema-check")
+
+
+SMALL_SCHEMA = {"type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]}
+
+
+@pytest.fixture
+def offloaded(monkeypatch) -> list[str]:
+    """The checks that went to the schema threads."""
+    import tools.schemas as schemas
+
+    seen: list[str] = []
+    real = schemas.checked_off_loop
+
+    async def counted(fn, /, *args, **kwargs):
+        seen.append(fn.__name__)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(schemas, "checked_off_loop", counted)
+    return seen
+
+
+@pytest.mark.asyncio
+async def test_a_small_answer_is_checked_on_the_loop_without_a_thread_hop(offloaded):
+    from tools.schemas import validation_problem
+
+    assert await validation_problem(schema=SMALL_SCHEMA, value={"i": 1}, size=8) is None
+    assert "'x' is not of type 'integer'" in await validation_problem(
+        schema=SMALL_SCHEMA, value={"i": "x"}, size=10
+    )
+    assert offloaded == []
+    # Without a size, or a large one, the check goes to the threads as before.
+    await validation_problem(schema=SMALL_SCHEMA, value={"i": 1})
+    await validation_problem(schema=SMALL_SCHEMA, value={"i": 1}, size=64 * 1024)
+    assert offloaded == ["validation_error", "validation_error"]
+
+
+@pytest.mark.asyncio
+async def test_a_small_answer_too_costly_for_the_loop_is_checked_again_in_the_threads(
+    offloaded, monkeypatch
+):
+    import tools.schemas as schemas
+
+    monkeypatch.setattr(schemas, "INLINE_BUDGET_SECONDS", 0.0)
+    assert "'x' is not of type 'integer'" in await schemas.validation_problem(
+        schema=SMALL_SCHEMA, value={"i": "x"}, size=10
+    )
+    assert offloaded == ["validation_error"]
