@@ -229,10 +229,13 @@ def picture_of_session(*, session_id: object, artifact_id: str) -> tuple[bytes, 
 
 
 def calls_without_result(*, message: Message) -> list[dict[str, Any]]:
+    """The message's calls that have no result yet (only their own results are read)."""
     answered = set(
-        Message.objects.filter(session_id=message.session_id, role=Message.Role.TOOL).values_list(
-            "tool_call_id", flat=True
-        )
+        Message.objects.filter(
+            session_id=message.session_id,
+            role=Message.Role.TOOL,
+            tool_call_id__in=[call["id"] for call in message.tool_calls],
+        ).values_list("tool_call_id", flat=True)
     )
     return [call for call in message.tool_calls if call["id"] not in answered]
 
