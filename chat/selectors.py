@@ -2,12 +2,13 @@
 
 import base64
 import binascii
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Prefetch, Q
+from django.db.models import Case, Count, Prefetch, Q, TextField, Value, When
 from django.db.models.fields.json import KT
 from django.urls import reverse
 
@@ -175,6 +176,48 @@ class SharedContext:
     picture_url: str = ""
     width: int = 0
     height: int = 0
+    # What exactly was shared, in a few words ("zoom 16", "7") and in full for a tooltip.
+    detail: str = ""
+    title: str = ""
+
+
+SHARED_TITLE_NAMES = 12  # a tooltip lists at most this many class names
+
+
+def _json_list(text: object) -> list[Any]:
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []
+
+
+def _shared_words(
+    kind: str, zoom: object, lat: object, lon: object, items: object
+) -> dict[str, str]:
+    """The chip's detail and tooltip: the zoom and centre of a position, how many classes
+    were visible (and which), how many annotations were selected."""
+    if kind == "position":
+        try:
+            level = float(zoom)
+        except (TypeError, ValueError):
+            return {}
+        words = {"detail": f"zoom {level:.0f}", "title": f"Zoom {level:.1f}"}
+        try:
+            words["title"] += f", centre {float(lat):.5f}, {float(lon):.5f}"
+        except (TypeError, ValueError):
+            pass
+        return words
+    if kind in ("visibility", "selection"):
+        listed = _json_list(items)
+        if not listed:
+            return {}
+        if kind == "selection":
+            return {"detail": f"{len(listed):,}"}
+        names = ", ".join(str(name) for name in listed[:SHARED_TITLE_NAMES])
+        more = "…" if len(listed) > SHARED_TITLE_NAMES else ""
+        return {"detail": f"{len(listed):,}", "title": f"Shown: {names}{more}"}
+    return {}
 
 
 def shared_contexts(
@@ -184,13 +227,30 @@ def shared_contexts(
     found: dict[int, list[SharedContext]] = {}
     rows = (
         Artifact.objects.filter(session_id=session_id, message_id__in=list(message_ids))
-        .annotate(width=KT("data__width"), height=KT("data__height"))
+        .annotate(
+            width=KT("data__width"),
+            height=KT("data__height"),
+            zoom=KT("data__zoom"),
+            lat=KT("data__center__lat"),
+            lon=KT("data__center__lon"),
+            items=Case(
+                When(kind="visibility", then=KT("data__classes")),
+                When(kind="selection", then=KT("data__ids")),
+                default=Value(""),
+                output_field=TextField(),
+            ),
+        )
         .order_by("id")
-        .values_list("message_id", "artifact_id", "kind", "width", "height")
+        .values_list(
+            "message_id", "artifact_id", "kind", "width", "height", "zoom", "lat", "lon", "items"
+        )
     )
-    for message_id, artifact_id, kind, width, height in rows:
+    for message_id, artifact_id, kind, width, height, zoom, lat, lon, items in rows:
         shared = SharedContext(
-            type=kind, artifact_id=artifact_id, label=SHARED_LABELS.get(kind, kind.capitalize())
+            type=kind,
+            artifact_id=artifact_id,
+            label=SHARED_LABELS.get(kind, kind.capitalize()),
+            **_shared_words(kind, zoom, lat, lon, items),
         )
         if kind == "image":
             try:

@@ -93,3 +93,34 @@ def test_a_context_that_is_not_a_picture_is_not_served_as_one():
     (position,) = Artifact.objects.filter(session=session, kind="position")
 
     assert client.get(f"/chat/{session.pk}/pictures/{position.artifact_id}/").status_code == 404
+
+
+def test_the_chips_say_what_exactly_was_shared():
+    from chat.selectors import shared_contexts
+
+    _, session = login("carol")
+    message = services.message_store(
+        session_id=session.pk, turn=1, role=Message.Role.USER, content="Allow"
+    )
+    for kind, data in (
+        ("visibility", {"classes": ["house", "pool", "tree"], "hidden": ["shed"]}),
+        ("position", {"center": {"lat": 34.16123456, "lon": -118.5}, "zoom": 16.44}),
+        ("selection", {"ids": list(range(1, 1201))}),
+        ("position", {"zoom": "near"}),  # the page's data, whatever it holds: no detail
+    ):
+        services.artifact_save(
+            session_id=session.pk,
+            kind=kind,
+            data=data,
+            origin=f"client:{kind}",
+            message_id=message.pk,
+        )
+
+    shown = shared_contexts(session_id=session.pk, message_ids=[message.pk])[message.pk]
+
+    assert [(c.label, c.detail, c.title) for c in shown] == [
+        ("Visible classes", "3", "Shown: house, pool, tree"),
+        ("Map position", "zoom 16", "Zoom 16.4, centre 34.16123, -118.50000"),
+        ("Selected annotations", "1,200", ""),
+        ("Map position", "", ""),
+    ]
