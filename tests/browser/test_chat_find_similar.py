@@ -48,9 +48,12 @@ def test_a_hint_alone_searches_its_class_and_an_unusable_block_is_a_chip(
     by_hint.get_by_role("button", name="Find similar").click()
 
     expect(last_answer(page)).to_contain_text("Those are the most typical pools.")
-    expect(page.locator(".message.user").last).to_have_text(
+    # The sentence is the bubble's text; what was shared follows it as chips.
+    user = page.locator(".message.user").last
+    expect(user.locator(".message-body")).to_have_text(
         re.compile(r"^\s*Found 20 similar pools\.\s*$")
     )
+    expect(user.locator(".shared-context")).to_have_text(re.compile(r"Selected annotations\W+20"))
     expect(page.get_by_test_id("notice")).to_have_count(0)
     ((data,),) = server.sql(CONTEXTS_OF_LAST)
     selection = json.loads(data)

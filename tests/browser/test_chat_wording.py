@@ -64,7 +64,7 @@ def test_the_users_bubble_of_a_find_similar_search_is_a_sentence(logged_in_page,
     page.locator("[data-find-similar]").last.get_by_role("button", name="Find similar").click()
 
     expect(last_answer(page)).to_contain_text("The search located")
-    bubble = page.locator(".message.user").last
+    bubble = page.locator(".message.user").last.locator(".message-body")
     expect(bubble).to_have_text(re.compile(r"^\s*Found \d+ similar pools\.\s*$"))
     block = page.locator("[data-find-similar]").last
     expect(block.locator(".find-similar-result")).to_have_text(re.compile(r"^Found \d+ similar"))

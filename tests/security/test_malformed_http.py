@@ -71,7 +71,9 @@ ENDPOINTS = [
 
 
 @pytest.fixture
-def mallory(db):
+def mallory(transactional_db):
+    # Transactional: a valid message starts a turn, whose ORM work runs in the engine's own
+    # threads (chat/turns.py), which cannot see a test transaction left open.
     user = get_user_model().objects.create_user("mallory")  # no password: no hashing
     session = ChatSession.objects.create(user=user)
     return user, api_token_create(user=user), session
