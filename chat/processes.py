@@ -52,6 +52,11 @@ def process_live_ids() -> QuerySet:
     return ServerProcess.objects.filter(heartbeat__gte=fresh).values("id")
 
 
+def process_alive(*, process_id: object) -> bool:
+    """Whether the process heartbeated recently (a socket it holds can still answer)."""
+    return ServerProcess.objects.filter(pk=process_id, id__in=process_live_ids()).exists()
+
+
 def _pid_gone(pid: int) -> bool:
     if pid == os.getpid():  # a restart that got the same pid (a container's pid 1)
         return True

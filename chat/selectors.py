@@ -337,6 +337,7 @@ def client_toolset_of_session(*, session_id: object) -> ClientToolset | None:
         channel_name=registration.channel_name,
         tools={tool.name: tool for tool in tools},
         elsewhere=registration.process != processes.PROCESS_ID,
+        process=registration.process,
     )
 
 

@@ -42,7 +42,7 @@ from tools.registry import (
 )
 from tools.schemas import arguments_decode
 
-from . import approvals, selectors, services, usage
+from . import approvals, processes, selectors, services, usage
 from .agents import (
     AgentContext,
     AgentError,
@@ -747,6 +747,7 @@ class TurnRunner:
             arguments=arguments,
             timeout=settings.GEOSENSE_CLIENT_TOOL_TIMEOUT,
             elsewhere=toolset.elsewhere,
+            reachable=self._reachable(toolset),
         )
         content = (
             answer.result
@@ -754,6 +755,17 @@ class TurnRunner:
             else {"error": answer.error or "no answer"}
         )
         return await self._store_and_report(call, arguments, ToolRun(ok=answer.ok, content=content))
+
+    def _reachable(self, toolset: client_tools.ClientToolset) -> Callable | None:
+        """For a socket of another process: whether that process still heartbeats, asked
+        while its answer is awaited (a killed process's socket is not waited for)."""
+        if not toolset.elsewhere or toolset.process is None or not processes.heartbeats_on():
+            return None
+
+        async def reachable() -> bool:
+            return await in_thread(processes.process_alive)(process_id=toolset.process)
+
+        return reachable
 
     # -- tools' context and sub-turns --
 

@@ -335,6 +335,8 @@ class ClientToolset:
     channel_name: str
     tools: dict[str, ClientTool]
     elsewhere: bool = True
+    # The id of the process holding the socket, when known (chat.processes).
+    process: object = None
 
 
 @dataclass(frozen=True)
@@ -485,6 +487,24 @@ async def _answer_read(tool: ClientTool, message: ClientToolAnswerMessage) -> Cl
     return ClientAnswer(ok=True, result=result, error=None)
 
 
+REACHABLE_CHECK_SECONDS = 2.0
+
+
+async def _answered_or_gone(
+    waiter: asyncio.Future, reachable: Callable[[], Awaitable[bool]] | None
+) -> bool:
+    """Wait for the answer (True), or until `reachable` says the socket is gone (False)."""
+    while True:
+        done, _ = await asyncio.wait(
+            {waiter}, timeout=REACHABLE_CHECK_SECONDS if reachable else None
+        )
+        if done:
+            waiter.result()  # an error of the reply channel is raised here
+            return True
+        if reachable is not None and not await reachable():
+            return False
+
+
 # The time-out is part of the answer (readable text for the model), not a cancellation.
 async def client_tool_request(
     *,
@@ -493,13 +513,16 @@ async def client_tool_request(
     arguments: dict,
     timeout: float,  # noqa: ASYNC109
     elsewhere: bool = True,
+    reachable: Callable[[], Awaitable[bool]] | None = None,
 ) -> ClientAnswer:
     """Invoke a blocking tool on the socket `channel_name` and await its answer.
 
     A socket attached in this process gets the invoke directly; one held `elsewhere` through
     the channel layer; one that should be here but is not (it closed) fails at once. Answers
     within `timeout` seconds whatever the page does. Cancelling the caller leaves nothing
-    waiting here and tells the socket to forget the call.
+    waiting here and tells the socket to forget the call. `reachable`, asked every
+    `REACHABLE_CHECK_SECONDS` while the answer is awaited: False (the socket's process stopped
+    heartbeating) answers at once that the client could not be reached.
     """
     attached = _attached_here(channel_name)
     if attached is None and not elsewhere:
@@ -527,7 +550,10 @@ async def client_tool_request(
             answered = True  # nothing reached the socket, so there is nothing to forget
             return ClientAnswer(ok=False, result=None, error=UNREACHABLE)
         async with asyncio.timeout(timeout):
-            message = await waiter
+            if not await _answered_or_gone(waiter, reachable):
+                answered = True  # its process is gone: nobody is left to tell
+                return ClientAnswer(ok=False, result=None, error=UNREACHABLE)
+            message = waiter.result()
         answered = True
         return await _answer_read(tool, message)
     except TimeoutError:

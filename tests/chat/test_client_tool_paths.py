@@ -2,6 +2,7 @@
 never waited for, a socket of the turn's own process is reached without the channel layer or
 a thread hop, and the database is visited once per served call."""
 
+import asyncio
 import json
 import uuid
 from datetime import timedelta
@@ -11,7 +12,7 @@ from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from chat import processes, selectors, services
-from chat.models import ClientToolRegistration, ServerProcess
+from chat.models import ClientToolRegistration, Message, ServerProcess
 from tests.chat.test_consumer_turns import (
     frames_until,
     is_invoke,
@@ -21,7 +22,7 @@ from tests.chat.test_consumer_turns import (
     tab,
 )
 from tests.client_tools import LOCATION
-from tools.client import WENT_AWAY
+from tools.client import UNREACHABLE, WENT_AWAY
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
@@ -140,3 +141,34 @@ async def test_the_answers_of_a_turn_are_counted_once_and_the_lease_renewed_with
     assert counted == [1]
     # Two steps renew the claim before asking the model; each result renews it as it is stored.
     assert len(renewed) == 2 + 2
+
+
+async def test_a_call_to_a_socket_whose_process_dies_meanwhile_is_answered_without_waiting_out(
+    client, trusted_caller, openai_agent, settings, monkeypatch
+):
+    """The process was alive when the step began; it stops heartbeating while its socket's
+    answer is awaited: the call ends with "could not be reached", not at the time-out."""
+    monkeypatch.setattr(processes, "_started", True)
+    settings.GEOSENSE_PROCESS_HEARTBEAT = 1.0
+    settings.GEOSENSE_CLIENT_TOOL_TIMEOUT = 20
+    other = await ServerProcess.objects.acreate(
+        id=uuid.uuid4(), host="elsewhere", pid=1, heartbeat=timezone.now()
+    )
+    await registered_elsewhere(trusted_caller, process=other.pk)
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    openai_agent.reply_text("Your tab's server is gone.")
+
+    async def dies_once_invoked() -> None:
+        for _ in range(400):  # until the model's call is stored (then it is being invoked)
+            if await Message.objects.filter(role="assistant").exclude(tool_calls=[]).aexists():
+                break
+            await asyncio.sleep(0.05)
+        await ServerProcess.objects.filter(pk=other.pk).aupdate(
+            heartbeat=timezone.now() - timedelta(seconds=30)
+        )
+
+    dying = asyncio.create_task(dies_once_invoked())
+    out = await start_turn(client, trusted_caller, "where am I?")
+    await dying
+    assert out.names()[-1] == "turn_end"
+    assert UNREACHABLE in last_tool_result(openai_agent, 1)
