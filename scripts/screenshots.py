@@ -17,7 +17,24 @@ from playwright.sync_api import expect, sync_playwright
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-sync"]
 QUERY = "show trees within 20 m of a house"
-WIDTHS = {"phone": (390, 844), "tablet": (1000, 800), "desktop": (1400, 900)}
+# The desktop first: its list then shows one conversation, not the other widths' copies.
+WIDTHS = {"desktop": (1400, 900), "tablet": (1000, 800), "phone": (390, 844)}
+# Closer in, around the tree nearest the centre that the query left out (in a park or a wooded
+# lot), so the picture shows which trees are near a house and which are not.
+ZOOM_TO_CONTRAST = """async (levels) => {
+  const gs = window.geosenseMap, map = gs.map;
+  const highlighted = new Set(gs.highlightedIds());
+  const b = map.getBounds();
+  const bbox = [b.getWest(), b.getSouth(), b.getEast(), b.getNorth()].join(',');
+  const trees = (await (await fetch(`/api/annotations?bbox=${bbox}&class=tree`)).json()).features;
+  const first = (c) => (typeof c[0] === 'number' ? c : first(c[0]));
+  const quiet = trees.filter((f) => !highlighted.has(Number(f.id))).map((f) => first(f.geometry.coordinates));
+  if (!quiet.length) return;
+  const { lng, lat } = map.getCenter();
+  const away = (p) => (p[0] - lng) ** 2 + (p[1] - lat) ** 2;
+  quiet.sort((p, q) => away(p) - away(q));
+  map.jumpTo({ center: quiet[0], zoom: map.getZoom() + levels });
+}"""
 
 
 def shoot(browser, url: str, out: Path, name: str, size: tuple[int, int]) -> list[Path]:
@@ -42,8 +59,10 @@ def shoot(browser, url: str, out: Path, name: str, size: tuple[int, int]) -> lis
     answer = page.locator(".message.assistant[data-message-id]").last
     expect(answer).to_contain_text("within", timeout=30_000)
     page.wait_for_function("window.geosenseMap.highlightedIds().length > 0", timeout=30_000)
+    page.wait_for_timeout(1000)  # the fit's camera move
+    page.evaluate(ZOOM_TO_CONTRAST, 2 if name == "phone" else 1.5)
     page.evaluate("window.geosenseMap.idle && window.geosenseMap.idle()")
-    page.wait_for_timeout(1500)  # the fit's camera move and the tiles settle
+    page.wait_for_timeout(1500)  # the tiles settle
     taken = []
     if name == "phone":
         taken.append(out / "phone-chat.png")
