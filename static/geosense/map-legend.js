@@ -67,8 +67,9 @@ export function renderLegend(box, rows, onToggle) {
   }
 }
 
-/** Below this width the legend starts folded: on a phone it would cover much of the map. */
-export const LEGEND_FOLDED_QUERY = '(max-width: 700px)';
+/** On a phone (narrow, or held sideways: short) the legend starts folded: open, it would
+ * cover much of the map. */
+export const LEGEND_FOLDED_QUERY = '(max-width: 700px), (max-height: 500px)';
 
 /**
  * The legend's box: a labelled group that keeps its clicks and wheel away from the map, and

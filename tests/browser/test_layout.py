@@ -11,6 +11,7 @@ from tests.browser.test_chat_basics import ask, last_answer, new_session
 PHONE = {"width": 390, "height": 844}
 TABLET = {"width": 1000, "height": 800}
 DESKTOP = {"width": 1400, "height": 900}
+SIDEWAYS = {"width": 844, "height": 390}  # a phone held sideways
 LEGEND_SHARE_MAX = 0.2
 
 
@@ -46,7 +47,9 @@ def open_conversations(page):
     return new
 
 
-@pytest.mark.parametrize("viewport", [PHONE, TABLET, DESKTOP], ids=["phone", "tablet", "desktop"])
+@pytest.mark.parametrize(
+    "viewport", [PHONE, TABLET, DESKTOP, SIDEWAYS], ids=["phone", "tablet", "desktop", "sideways"]
+)
 def test_the_composer_the_conversations_and_the_map_are_usable_at_every_width(
     browser, daphne_server, context_for, page_errors, viewport
 ):
