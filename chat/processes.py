@@ -117,6 +117,8 @@ def _heartbeat_loop() -> None:
             if not failing:  # once per outage, not once a second
                 logger.warning("process heartbeat: the database refused it", exc_info=True)
             failing = True
+        finally:
+            # CONN_MAX_AGE = 0 holds here too: no connection idles between two beats.
             connection.close()
 
 

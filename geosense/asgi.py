@@ -27,11 +27,16 @@ http_application = SecurityHeadersMiddleware(
     ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app
 )
 
+from django.db import connections  # noqa: E402
+
 from chat.processes import process_start  # noqa: E402
 
 # Announce this process and free what dead ones held (their turn claims and sockets): after a
 # crash and a restart, sessions take new turns at once (chat/processes.py).
 process_start()
+# That ran in the main thread, which serves no request: its connection would stay open (idle) for
+# the life of the process, past CONN_MAX_AGE = 0.
+connections.close_all()
 
 if settings.GEOSENSE_INDEX_WARM:
     from geosense.annotations.index import spatial_index_warm
