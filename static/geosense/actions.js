@@ -51,7 +51,11 @@ export function applyHighlight(chat, block) {
   } catch {
     return;
   }
-  chat.mapReady().then(() => chat.map.highlight(data));
+  chat.mapReady().then(() => {
+    chat.map.highlight(data);
+    // For the layout (layout.js): a phone showing the chat marks its Map switch.
+    block.dispatchEvent(new CustomEvent('geosense:highlight-shown', { bubbles: true }));
+  });
 }
 
 /** @param {Chat} chat */

@@ -28,6 +28,18 @@ export function wireLayout({ main, document = globalThis.document }) {
     main.dataset.view = view;
     for (const button of switchButtons()) {
       button.setAttribute('aria-pressed', button.dataset.view === view ? 'true' : 'false');
+      if (button.dataset.view === view) markNews(button, false);
+    }
+  }
+
+  /** A dot on a switch's button: its hidden view changed (a highlight on the map). */
+  function markNews(button, on) {
+    if (on) {
+      button.dataset.news = 'true';
+      button.title = 'Something new is shown on the map';
+    } else {
+      delete button.dataset.news;
+      button.removeAttribute('title');
     }
   }
 
@@ -43,6 +55,13 @@ export function wireLayout({ main, document = globalThis.document }) {
     if (target.closest('[data-drawer-close], #sessions a')) setDrawer(false);
     // On a phone, asking to see something on the map shows the map.
     if (target.closest('.highlight-apply, .chip[data-annotation-id]')) setView('map');
+  });
+
+  main.addEventListener('geosense:highlight-shown', () => {
+    const mapPanel = main.querySelector('.map-panel');
+    if (!mapPanel || getComputedStyle(mapPanel).visibility !== 'hidden') return;
+    const button = main.querySelector('.view-switch [data-view="map"]');
+    if (button) markNews(button, true);
   });
 
   setView(main.dataset.view || 'chat');

@@ -137,3 +137,22 @@ def test_on_a_phone_showing_an_answer_on_the_map_switches_to_the_map(
     )
     page.get_by_role("button", name="Chat", exact=True).click()
     expect(chip).to_be_visible()
+
+
+def test_on_a_phone_a_highlight_that_arrives_marks_the_map_switch(
+    browser, daphne_server, context_for
+):
+    page = log_in(context_for(daphne_server, viewport=PHONE).new_page())
+    new_session(page)
+    page.get_by_label("Allow backend tools").check()
+    map_switch = page.get_by_role("button", name="Map", exact=True)
+    expect(map_switch).not_to_have_attribute("data-news", "true")
+
+    ask(page, "show trees within 20 m of a house")
+
+    expect(last_answer(page)).to_contain_text("within")
+    page.wait_for_function("window.geosenseMap.highlightedIds().length > 0")
+    expect(map_switch).to_have_attribute("data-news", "true")
+    map_switch.click()
+    expect(page.locator("#map")).to_be_visible()
+    expect(map_switch).not_to_have_attribute("data-news", "true")
