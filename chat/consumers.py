@@ -176,13 +176,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         outage.socket_unwatch(self.channel_name)
         if getattr(self, "expiry", None) is not None:
             self.expiry.cancel()
-        # During an outage these fail like everything else: the layer forgets dead channels.
-        await self._layer_call(
-            *(
-                self.channel_layer.group_discard(group, self.channel_name)
-                for group in getattr(self, "auth_groups", [])
-            )
-        )
+        session_id = getattr(self, "session_id", None)
+        if session_id is not None:
+            session_socket_detach(session_id, self.channel_name)
+            if self.tools:
+                # Before the calls are answered: the turn they resume must not offer this
+                # closed tab's tools again (nor write while this delete runs).
+                await _unregister(channel_name=self.channel_name)
         calls, self.calls = getattr(self, "calls", {}), {}
         for correlation_id, reply_to in calls.items():
             # Answered at once: the engine must not sit out its time-out for a closed tab.
@@ -193,13 +193,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                         correlation_id=correlation_id, failure=WENT_AWAY
                     ),
                 )
-        if getattr(self, "session_id", None) is not None:
-            session_socket_detach(self.session_id, self.channel_name)
-            await self._layer_call(
-                self.channel_layer.group_discard(session_group(self.session_id), self.channel_name)
-            )
-            if self.tools:
-                await _unregister(channel_name=self.channel_name)
+        # During an outage these fail like everything else: the layer forgets dead channels.
+        groups = list(getattr(self, "auth_groups", []))
+        if session_id is not None:
+            groups.append(session_group(session_id))
+        await self._layer_call(
+            *(self.channel_layer.group_discard(group, self.channel_name) for group in groups)
+        )
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not self.authenticated:
