@@ -3,9 +3,9 @@
 // Which stay and which fade: an error stays until the user dismisses it (it says something went
 // wrong with what they did: a message not sent, a search that failed), unless it is also kept
 // elsewhere (`fade: true`: a turn's error, which the transcript records as a note). A status
-// (a passing state: "wait until the answer is finished") fades after STATUS_MS. A new notice
-// beyond the third pushes the oldest out; the same text again brings its notice to the front
-// instead of stacking a copy.
+// (a passing state: "wait until the answer is finished") fades after STATUS_MS, counted again
+// once the reader's pointer or focus leaves it. A new notice beyond the third pushes the oldest
+// out; the same text again brings its notice to the front instead of stacking a copy.
 
 export const MAX_NOTICES = 3;
 export const STATUS_MS = 6000;
@@ -64,7 +64,20 @@ export function createNotices({
     dismiss.addEventListener('click', () => remove(box));
     box.append(message, dismiss);
     container.append(box);
-    if (fade) timers.set(box, later(() => fadeOut(box), kind === 'status' ? STATUS_MS : FADING_ERROR_MS));
+    if (fade) {
+      // A notice being read (pointer over it, or focus in it) waits; it fades once left.
+      const ms = kind === 'status' ? STATUS_MS : FADING_ERROR_MS;
+      const hold = () => cancelLater(timers.get(box));
+      const start = () => {
+        hold();
+        timers.set(box, later(() => fadeOut(box), ms));
+      };
+      box.addEventListener('mouseenter', hold);
+      box.addEventListener('focusin', hold);
+      box.addEventListener('mouseleave', start);
+      box.addEventListener('focusout', start);
+      start();
+    }
     return box;
   };
 }

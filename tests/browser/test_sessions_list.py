@@ -33,6 +33,7 @@ def test_new_conversation_saves_nothing_until_the_first_message(
         new_conversation.click()
         page.wait_for_url(re.compile(r"/chat/$"))
         expect(page.locator("#chat-panel")).to_have_attribute("data-session-id", "")
+        expect(page.locator("#page-title")).to_have_text("New conversation")
 
     page.get_by_label("Allow backend tools").check()  # a wish, kept until the first message
     assert session_count(daphne_server) == before
