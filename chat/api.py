@@ -34,10 +34,12 @@ from .turns import (
     DecisionAnswer,
     NewMessage,
     PreparedTurn,
+    TurnElsewhere,
     TurnRequestInvalid,
     TurnUnavailable,
     turn_launch,
     turn_prepare,
+    turn_stop,
 )
 from .usage import TurnUnaffordable
 
@@ -59,6 +61,7 @@ REFUSALS: tuple[tuple[type[Exception], int], ...] = (
     (services.SessionBusy, 409),
     (TurnUnaffordable, 402),
     (TurnUnavailable, 503),
+    (TurnElsewhere, 409),
 )
 
 
@@ -298,6 +301,20 @@ async def message_stream(request: HttpRequest, session_id) -> HttpResponse:
 @require_POST
 async def resume_stream(request: HttpRequest, session_id) -> HttpResponse:
     return await _start(request, session_id, _parse_resume)
+
+
+@require_POST
+async def stop(request: HttpRequest, session_id) -> JsonResponse:
+    """Stop the session's turn (the Stop button): `{"status": "stopped" | "set_aside" |
+    "idle"}` once it is stopped; what was streamed stays, cut off (docs/protocol.md)."""
+    owned = await _owned_session(request, session_id)
+    if isinstance(owned, JsonResponse):
+        return owned
+    try:
+        status = await turn_stop(session_id=owned[1].pk)
+    except tuple(kind for kind, _ in REFUSALS) as exc:
+        return _refused(exc)
+    return JsonResponse({"status": status})
 
 
 # --- the page's find-similar block -----------------------------------------------------------

@@ -18,5 +18,6 @@ urlpatterns = [
         api.artifact_detail,
         name="api-artifact",
     ),
+    path("sessions/<uuid:session_id>/stop", api.stop, name="api-stop"),
     path("sessions/<uuid:session_id>/find-similar", api.find_similar, name="api-find-similar"),
 ]

@@ -85,6 +85,15 @@ def session_lease_renew(*, session_id: object) -> None:
     )
 
 
+def session_turn_running(*, session_id: object) -> bool:
+    """A live turn holds the session's claim (not idle, not expired, its process alive)."""
+    return (
+        ChatSession.objects.filter(pk=session_id)
+        .exclude(processes.claim_free_q(timezone.now()))
+        .exists()
+    )
+
+
 def session_release(*, session_id: object) -> None:
     """Release this process's claim; one taken over meanwhile (this process was silent too
     long) belongs to another turn and stays."""

@@ -333,7 +333,43 @@ def turn_launch(
     task = asyncio.create_task(runner.run(), name=f"turn {prepared.session_id}#{prepared.turn}")
     _running.add(task)
     task.add_done_callback(_running.discard)
+    key = str(prepared.session_id)
+    _by_session[key] = (task, runner)
+    task.add_done_callback(lambda t: _by_session.get(key, (None,))[0] is t and _by_session.pop(key))
     return task
+
+
+# --- stopping --------------------------------------------------------------------------------
+
+# The turn task running for each session in this process, with its runner.
+_by_session: dict[str, tuple[asyncio.Task, "TurnRunner"]] = {}
+STOP_WAIT_SECONDS = 10.0
+STOPPED_NOTE = "You stopped this answer."
+
+
+class TurnElsewhere(Exception):
+    """The session's turn runs in another server process, which this one cannot stop."""
+
+
+async def turn_stop(*, session_id: Any) -> str:
+    """Stop what the session's turn is doing, at any moment: "stopped" (the running turn's task
+    was cancelled: what was streamed is kept, cut off, every call left without a result gets
+    one, the claim is released and `turn_end` emitted), "set_aside" (the turn was paused on an
+    approval or a reader's decision: the pauses are set aside, as a new message would) or
+    "idle" (nothing ran: a second click). Raises `TurnElsewhere`."""
+    entry = _by_session.get(str(session_id))
+    if entry is not None:
+        task, runner = entry
+        runner.stopped = True
+        task.cancel()
+        # Its finish (a shielded repair, release and turn_end) completes before the answer.
+        await asyncio.wait({task}, timeout=STOP_WAIT_SECONDS)
+        return "stopped"
+    if await in_thread(services.session_turn_running)(session_id=session_id):
+        raise TurnElsewhere("the turn runs in another server process; try again in a moment")
+    if await in_thread(approvals.pauses_set_aside)(session_id=session_id):
+        return "set_aside"
+    return "idle"
 
 
 async def turns_settle() -> None:
@@ -347,6 +383,7 @@ class TurnRunner:
     prepared: PreparedTurn
     sink: EventSink
     agent: Agent
+    stopped: bool = False  # the person stopped it (`turn_stop`): its cancellation is theirs
     # The stored draft of the step that just streamed (`_ask`), completed by its message.
     draft_id: int | None = None
     # Results stored in this turn per tool name (the per-turn bound of client tools), read
@@ -370,6 +407,8 @@ class TurnRunner:
                     return
             await self._loop()
         except asyncio.CancelledError:
+            if self.stopped:
+                await asyncio.shield(self._stopped_note())
             raise
         except AgentError as exc:
             await self._note(f"{AGENT_FAILED} {exc}")
@@ -406,6 +445,18 @@ class TurnRunner:
             await self.sink.emit(wire.turn_end())
         except Exception:
             logger.exception("could not emit turn_end")
+
+    async def _stopped_note(self) -> None:
+        """The transcript says the answer was stopped (after the text kept, cut off)."""
+        try:
+            await in_thread(services.message_store)(
+                session_id=self.session_id,
+                turn=self.turn,
+                role=Message.Role.NOTE,
+                content=STOPPED_NOTE,
+            )
+        except OperationalError as exc:
+            logger.warning("turn %s#%s: stop note not stored: %s", self.session_id, self.turn, exc)
 
     async def _note(self, message: str) -> None:
         """Tell the person something went wrong (a failure, a refusal): as an `error` event for

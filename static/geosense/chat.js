@@ -6,6 +6,7 @@
 // the reader does in the transcript), notices.js and http.js.
 
 import { applyHighlight, wireTranscriptActions } from './actions.js';
+import { errorText, request } from './http.js';
 import { createLiveTurn } from './live-turn.js';
 import { createNotices } from './notices.js';
 import { createOwnTurns } from './own-turns.js';
@@ -35,6 +36,7 @@ export function createChat({
   document = globalThis.document,
 }) {
   const sendButton = panel.querySelector('#send-button');
+  const stopButton = panel.querySelector('#stop-button');
   const credits = panel.querySelector('#credits');
   const ownTurns = createOwnTurns();
   const notice = createNotices({ container: panel.querySelector('#notices'), document });
@@ -71,6 +73,10 @@ export function createChat({
   function setBusy(value) {
     panel.dataset.busy = value ? 'true' : 'false';
     sendButton.disabled = value;
+    if (stopButton) {
+      stopButton.hidden = !value;
+      stopButton.disabled = false;
+    }
     transcript.element.setAttribute('aria-busy', value ? 'true' : 'false');
   }
 
@@ -101,6 +107,7 @@ export function createChat({
   };
   wireTranscriptActions(actions);
 
+  if (stopButton) wireStop({ button: stopButton, session, notice, document });
   wireComposer({
     composer: panel.querySelector('#composer'),
     textarea: panel.querySelector('#composer-text'),
@@ -134,6 +141,30 @@ export function createChat({
 /** `map.ready` is a promise until the annotations are drawn, then true. */
 async function whenMapReady(map) {
   if (typeof map.ready?.then === 'function') await map.ready;
+}
+
+/**
+ * The Stop button, shown while this tab's turn runs: the server cancels the turn; the stream
+ * then ends as every turn does (`turn_end`), and what was written stays, marked cut off.
+ */
+function wireStop({ button, session, notice, document }) {
+  button.addEventListener('click', async () => {
+    if (!session.id) return;
+    button.disabled = true;
+    try {
+      const response = await request(`/api/sessions/${session.id}/stop`, {
+        method: 'POST',
+        document,
+      });
+      if (!response.ok) {
+        notice(`Could not stop the answer: ${await errorText(response)}.`);
+        button.disabled = false;
+      }
+    } catch {
+      notice('The server could not be reached to stop the answer.');
+      button.disabled = false;
+    }
+  });
 }
 
 /** The composer: Enter sends, Shift+Enter breaks the line, a refused text comes back. */
