@@ -171,11 +171,43 @@ async def sessions(request: HttpRequest) -> JsonResponse:
     return JsonResponse(selectors.session_serialize(session), status=201)
 
 
-def _session_with_messages(session: ChatSession) -> dict[str, Any]:
+MESSAGES_PAGE_DEFAULT = 50
+MESSAGES_PAGE_MAX = 200
+_CURSOR = re.compile(r"before:([1-9][0-9]{0,18})")
+
+
+def _messages_page(query: Any) -> tuple[int | None, int | None]:
+    """`?limit=N` and `?cursor=C` as (before message id, limit); (None, None) without either:
+    the whole transcript, in the contract's shape. BadRequest for a malformed one."""
+    cursor, limit = query.get("cursor"), query.get("limit")
+    if cursor is None and limit is None:
+        return None, None
+    before = None
+    if cursor is not None:
+        match = _CURSOR.fullmatch(cursor)
+        if match is None or int(match[1]) > ID_MAX:
+            raise BadRequest("cursor is not one this API gave (use next_cursor as it is)")
+        before = int(match[1])
+    if limit is None:
+        return before, MESSAGES_PAGE_DEFAULT
+    if not limit.isdigit() or not 1 <= int(limit) <= MESSAGES_PAGE_MAX:
+        raise BadRequest(f"limit must be a whole number from 1 to {MESSAGES_PAGE_MAX}")
+    return before, int(limit)
+
+
+def _session_with_messages(
+    session: ChatSession, *, before: int | None = None, limit: int | None = None
+) -> dict[str, Any]:
+    """The session and its messages: all of them, or with `limit` a page of the latest ones
+    (before the cursor's message) and `next_cursor`, the cursor of the page before it."""
     data = selectors.session_serialize(session)
-    data["messages"] = [
-        selectors.message_serialize(m) for m in selectors.messages_of_session(session_id=session.pk)
-    ]
+    messages = selectors.messages_of_session(session_id=session.pk, before_id=before, limit=limit)
+    data["messages"] = [selectors.message_serialize(m) for m in messages]
+    if limit is not None:
+        more = len(messages) == limit and selectors.message_exists_before(
+            session_id=session.pk, message_id=messages[0].pk
+        )
+        data["next_cursor"] = f"before:{messages[0].pk}" if more else None
     return data
 
 
@@ -202,7 +234,13 @@ async def session_detail(request: HttpRequest, session_id) -> JsonResponse:
             session=session, allow_backend_tools=allow, title=title
         )
         return JsonResponse(selectors.session_serialize(session))
-    return JsonResponse(await sync_to_async(_session_with_messages)(session))
+    try:
+        before, limit = _messages_page(request.GET)
+    except BadRequest as exc:
+        return _error(str(exc), exc.status)
+    return JsonResponse(
+        await sync_to_async(_session_with_messages)(session, before=before, limit=limit)
+    )
 
 
 @require_GET

@@ -19,19 +19,31 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_GET, require_POST
 
 from geosense.accounts.services import credit_balance
-from geosense.annotations.selectors import annotation_counts, annotation_vector_names
+from geosense.annotations.selectors import (
+    annotation_counts,
+    annotation_vector_names,
+    annotations_revision,
+)
 
-from . import selectors
+from . import events, selectors
 from .markup import (
+    Answer,
+    Response,
+    TranscriptQuestions,
+    parse_message,
     placeholder_artifact_ids,
     render_message,
     responses_in_transcript,
     transcript_questions,
 )
 from .models import ChatSession, Message
+from .rendered import MessageToRender, messages_html
 
-SHOWN_ROLES = {Message.Role.USER, Message.Role.ASSISTANT, Message.Role.NOTE}
+SHOWN_ROLES = selectors.SHOWN_ROLES
 PREVIEW_MAX_CHARS = 256_000
+# Turns per page of the transcript: the page opens with the latest ones, and loads as many
+# more each time the reader scrolls to the top.
+PAGE_TURNS = 20
 REASON_LABELS = {
     "backend_access": "First use of the server's tools in this conversation",
     "destructive": "Deletes annotations",
@@ -106,62 +118,115 @@ def _decision_result(messages: list[Message], tool_call_id: str) -> dict[str, An
     return None
 
 
-def transcript_shown(*, session: ChatSession) -> list[ShownMessage]:
-    """The session's messages as shown: questions marked answered, requests marked run.
+def _questions_and_responses(
+    *, session: ChatSession, messages: list[Message], turns: tuple[int, int] | None
+) -> tuple[TranscriptQuestions, dict[str, Response], list[Message]]:
+    """Which answers answer the questions of `messages` (the turns `turns`, or the whole
+    transcript) and which responses their find-similar requests have: read from the page and
+    from the few messages outside it that matter (selectors.messages_marked_around). Returns
+    them with the messages from outside whose artifacts the page needs (earlier askers)."""
+    earlier: list[Message] = []
+    later: list[Message] = []
+    if turns is not None:
+        page_ids = {m.pk for m in messages}
+        answers = [
+            block
+            for m in messages
+            if m.role == Message.Role.USER and "<answer" in m.content
+            for block in parse_message(m.content, artifacts={}, role="user")
+            if isinstance(block, Answer)
+        ]
+        asked_in = {int(a.asked_in) for a in answers if (a.asked_in or "").isdigit()}
+        earlier, later = selectors.messages_marked_around(
+            session_id=session.pk, turns=turns, asked_in=asked_in - page_ids
+        )
+        if any(not (a.asked_in or "").isdigit() for a in answers):
+            # An answer that does not say where it was asked answers the latest such question.
+            before = selectors.questions_asked_before(session_id=session.pk, turn=turns[0])
+            earlier = sorted({m.pk: m for m in [*earlier, *before]}.values(), key=lambda m: m.pk)
+    marked = [
+        m
+        for m in [*earlier, *messages, *later]
+        if (m.role == Message.Role.ASSISTANT and "<question" in m.content)
+        or (m.role == Message.Role.USER and ("<answer" in m.content or "<response" in m.content))
+    ]
+    asked = transcript_questions(
+        ((m.pk, m.role, m.content) for m in marked),
+        artifacts=selectors.artifacts_map(
+            session_id=session.pk,
+            artifact_ids=set().union(
+                *(placeholder_artifact_ids(m.content) for m in marked if m.role != "user")
+            ),
+        ),
+    )
+    responses = responses_in_transcript(
+        m.content for m in marked if m.role == Message.Role.USER and "<response" in m.content
+    )
+    return asked, responses, earlier
+
+
+def transcript_shown(
+    *, session: ChatSession, turns: tuple[int, int] | None = None
+) -> list[ShownMessage]:
+    """The session's messages as shown (all, or those of the turns `turns`: first, last),
+    questions marked answered, requests marked run, each message's HTML from the cache when
+    nothing it depends on changed (chat/rendered.py).
 
     Tool messages are internals; an assistant message that only carried tool calls shows
-    nothing unless it paused the turn (then it is an approval or decision card).
+    nothing unless it paused the turn (then it is an approval or decision card). The cost
+    follows the turns shown, not the transcript.
     """
-    messages = selectors.messages_of_session(session_id=session.pk)
-    artifacts = selectors.artifacts_map(session_id=session.pk)
-    classes = _DataClasses()
-    responses = responses_in_transcript(m.content for m in messages if m.role == Message.Role.USER)
-    asked = transcript_questions(
-        ((m.pk, m.role, m.content) for m in messages if m.role in SHOWN_ROLES),
-        artifacts=artifacts,
-    )
+    messages = selectors.messages_of_session(session_id=session.pk, turns=turns)
+    asked, responses, _ = _questions_and_responses(session=session, messages=messages, turns=turns)
     shared = selectors.shared_contexts(
         session_id=session.pk,
         message_ids=[m.pk for m in messages if m.role == Message.Role.USER],
     )
-    shown = []
+    visible = []
     for message in messages:
         if message.role not in SHOWN_ROLES:
             continue
         data = selectors.message_serialize(message)
-        approval = data.get("approval")
-        decision = data.get("decision")
         if message.role == Message.Role.ASSISTANT and not (
-            message.content.strip() or approval or decision
+            message.content.strip() or data.get("approval") or data.get("decision")
         ):
             continue
+        visible.append((message, data))
+    to_render = [
+        MessageToRender(
+            id=message.pk,
+            role=message.role,
+            text=message.content,
+            answers=asked.answers_in(message.pk),
+            questions=asked.questions_answered_in(message.pk),
+        )
+        for message, _ in visible
+        if message.role != Message.Role.NOTE
+    ]
+    html = messages_html(
+        to_render,
+        artifacts=selectors.artifacts_map(
+            session_id=session.pk,
+            artifact_ids=set().union(*(placeholder_artifact_ids(m.text) for m in to_render)),
+        ),
+        responses=responses,
+        classes=_DataClasses(),
+        revision=annotations_revision,
+    )
+    shown = []
+    for message, data in visible:
+        approval = data.get("approval")
+        decision = data.get("decision")
         if approval:
-            approval = {
-                **approval,
-                "reason_labels": _reason_labels(approval),
-            }
+            approval = {**approval, "reason_labels": _reason_labels(approval)}
         if decision:
             decision = {**decision, "result": _decision_result(messages, decision["tool_call"])}
-        html = (
-            SafeString("")
-            if message.role == Message.Role.NOTE
-            else render_message(
-                message.content,
-                role=message.role,
-                artifacts=artifacts,
-                answers=asked.answers_in(message.pk),
-                responses=responses,
-                questions=asked.questions_answered_in(message.pk),
-                message_id=message.pk,
-                classes=classes,
-            )
-        )
         shown.append(
             ShownMessage(
                 id=message.pk,
                 role=message.role,
                 turn=message.turn,
-                html=html,
+                html=html.get(message.pk, SafeString("")),
                 text=message.content,
                 approval=approval,
                 decision=decision,
@@ -194,20 +259,53 @@ def _with_state(response: HttpResponse, *, request: HttpRequest, session: ChatSe
     response["X-GeoSense-Allow-Backend-Tools"] = "true" if session.allow_backend_tools else "false"
 
 
+def _turns_page(*, session: ChatSession, before: int | None) -> dict[str, Any]:
+    """The latest PAGE_TURNS turns before turn `before` (the latest of all when None), and
+    where the page before them starts, if there is one (`earlier`: the turn to load before)."""
+    numbers, more = selectors.shown_turns_latest(
+        session_id=session.pk, before=before, count=PAGE_TURNS
+    )
+    if not numbers:
+        return {"turns": [], "earlier": None}
+    shown = transcript_shown(session=session, turns=(numbers[0], numbers[-1]))
+    return {"turns": turns_group(shown), "earlier": numbers[0] if more else None}
+
+
 @require_GET
 @login_required
 def chat_page(request: HttpRequest, session_id: UUID | None = None) -> HttpResponse:
+    """The page with the latest turns of the open session; earlier ones load on scroll."""
     current = _owned(request, session_id) if session_id is not None else None
-    shown = transcript_shown(session=current) if current is not None else []
+    page = _turns_page(session=current, before=None) if current is not None else {"turns": []}
     return render(
         request,
         "chat/page.html",
         {
             "sessions": selectors.session_list(user=request.user),
             "current": current,
-            "turns": turns_group(shown),
+            **page,
             "credits": credit_balance(user=request.user),
             "tile_url": settings.GEOSENSE_MAP_TILE_URL,
+        },
+    )
+
+
+@require_GET
+@login_required
+def turns_earlier(request: HttpRequest, session_id: UUID) -> HttpResponse:
+    """The page of turns before `?before=<turn>`, with the marker of the page before it: what
+    the transcript loads when the reader scrolls up to its top."""
+    session = _owned(request, session_id)
+    try:
+        before = int(request.GET["before"])
+    except (KeyError, ValueError):
+        return JsonResponse({"error": "before must be a turn number"}, status=400)
+    return render(
+        request,
+        "chat/turns.html",
+        {
+            **_turns_page(session=session, before=before),
+            "credits": credit_balance(user=request.user),
         },
     )
 
@@ -217,7 +315,7 @@ def chat_page(request: HttpRequest, session_id: UUID | None = None) -> HttpRespo
 def turn_partial(request: HttpRequest, session_id: UUID, turn: int) -> HttpResponse:
     """One turn's messages, rendered as the full page renders them (for live updates)."""
     session = _owned(request, session_id)
-    messages = [m for m in transcript_shown(session=session) if m.turn == turn]
+    messages = transcript_shown(session=session, turns=(turn, turn))
     response = render(
         request,
         "chat/turn.html",
@@ -234,7 +332,10 @@ def turn_partial(request: HttpRequest, session_id: UUID, turn: int) -> HttpRespo
 @login_required
 def message_partial(request: HttpRequest, session_id: UUID, message_id: int) -> HttpResponse:
     session = _owned(request, session_id)
-    for message in transcript_shown(session=session):
+    turn = selectors.turn_of_message(session_id=session.pk, message_id=message_id)
+    if turn is None:
+        raise Http404("no such message")
+    for message in transcript_shown(session=session, turns=(turn, turn)):
         if message.id == message_id:
             response = render(
                 request,
@@ -259,6 +360,19 @@ def shared_picture(request: HttpRequest, session_id: UUID, artifact_id: str) -> 
     response = HttpResponse(data, content_type=media_type)
     response["Cache-Control"] = "private, max-age=86400, immutable"
     return response
+
+
+@require_GET
+@login_required
+def turn_progress(request: HttpRequest, session_id: UUID) -> JsonResponse:
+    """The running turn so far, for a page opened while it runs: `{"running": false}`, or
+    `{"running": true, "turn", "seq", "events": [{"event", "data"}]}` (the turn's events up
+    to number `seq`, consecutive text deltas as one; docs/protocol.md, "A turn already
+    running")."""
+    session = _owned(request, session_id)
+    if session.turn_state != ChatSession.TurnState.RUNNING:
+        return JsonResponse({"running": False})
+    return JsonResponse(events.turn_progress(session_id=session.pk))
 
 
 @require_POST

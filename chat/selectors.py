@@ -3,12 +3,21 @@
 import base64
 import binascii
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Case, Count, Prefetch, Q, TextField, Value, When
+from django.db.models import (
+    Case,
+    Count,
+    Prefetch,
+    Q,
+    TextField,
+    Value,
+    When,
+    prefetch_related_objects,
+)
 from django.db.models.fields.json import KT
 from django.urls import reverse
 
@@ -27,6 +36,9 @@ from .models import (
     Message,
     PendingDecision,
 )
+
+# The roles the page shows (tool messages are internals).
+SHOWN_ROLES = (Message.Role.USER, Message.Role.ASSISTANT, Message.Role.NOTE)
 
 
 def session_of_user(*, session_id: object, user) -> ChatSession | None:
@@ -118,14 +130,85 @@ def message_serialize(message: Message) -> MessageData:
     return data
 
 
-def messages_of_session(*, session_id: object) -> list[Message]:
-    return list(
-        Message.objects.filter(session_id=session_id)
+def messages_of_session(
+    *,
+    session_id: object,
+    turns: tuple[int, int] | None = None,
+    before_id: int | None = None,
+    limit: int | None = None,
+) -> list[Message]:
+    """The session's messages in order: all, those of the turns `turns` (first, last), or the
+    `limit` latest ones before the message `before_id` (a page of the API's cursor walk)."""
+    messages = Message.objects.filter(session_id=session_id)
+    if turns is not None:
+        messages = messages.filter(turn__gte=turns[0], turn__lte=turns[1])
+    if before_id is not None:
+        messages = messages.filter(id__lt=before_id)
+    if limit is not None:
+        messages = messages.order_by("-id")[:limit]
+    found = list(messages.order_by("id") if limit is None else messages)
+    prefetch_related_objects(
+        found,
+        Prefetch("approvals", queryset=Approval.objects.order_by("id")),
+        Prefetch("pending_decisions", queryset=PendingDecision.objects.order_by("id")),
+    )
+    return found if limit is None else found[::-1]
+
+
+def shown_turns_latest(
+    *, session_id: object, before: int | None, count: int
+) -> tuple[list[int], bool]:
+    """The numbers of the `count` latest turns before turn `before` that show a message, in
+    order, and whether an earlier one exists (the page loads it on scroll)."""
+    messages = Message.objects.filter(session_id=session_id, role__in=SHOWN_ROLES)
+    if before is not None:
+        messages = messages.filter(turn__lt=before)
+    turns = list(messages.order_by("-turn").values_list("turn", flat=True).distinct()[: count + 1])
+    return sorted(turns[:count]), len(turns) > count
+
+
+def messages_marked_around(
+    *, session_id: object, turns: tuple[int, int], asked_in: Collection[int]
+) -> tuple[list[Message], list[Message]]:
+    """What a page of turns needs from outside it to show its questions and requests right:
+    the messages `asked_in` that asked the questions its answers pick from, and every later
+    user message holding an `<answer>` or a `<response>` (to its questions and requests).
+    Only messages holding markup of that kind are read, never the whole transcript's text."""
+    earlier = list(
+        Message.objects.filter(
+            session_id=session_id, pk__in=list(asked_in), role=Message.Role.ASSISTANT
+        ).order_by("id")
+    )
+    later = list(
+        Message.objects.filter(session_id=session_id, role=Message.Role.USER, turn__gt=turns[1])
+        .filter(Q(content__contains="<answer") | Q(content__contains="<response"))
         .order_by("id")
-        .prefetch_related(
-            Prefetch("approvals", queryset=Approval.objects.order_by("id")),
-            Prefetch("pending_decisions", queryset=PendingDecision.objects.order_by("id")),
-        )
+    )
+    return earlier, later
+
+
+def questions_asked_before(*, session_id: object, turn: int) -> list[Message]:
+    """Assistant messages before `turn` that ask a question: an answer that does not name the
+    message that asked (`asked-in`) answers the latest question with its id."""
+    return list(
+        Message.objects.filter(
+            session_id=session_id,
+            role=Message.Role.ASSISTANT,
+            turn__lt=turn,
+            content__contains="<question",
+        ).order_by("id")
+    )
+
+
+def message_exists_before(*, session_id: object, message_id: int) -> bool:
+    return Message.objects.filter(session_id=session_id, pk__lt=message_id).exists()
+
+
+def turn_of_message(*, session_id: object, message_id: int) -> int | None:
+    return (
+        Message.objects.filter(session_id=session_id, pk=message_id)
+        .values_list("turn", flat=True)
+        .first()
     )
 
 

@@ -18,7 +18,7 @@ from shapely.geometry import shape
 from .classes import class_match
 from .geometry import GEOD
 from .index import ClassIndex, SpatialIndex, nearest_within, spatial_index
-from .models import Annotation
+from .models import Annotation, AnnotationRevision
 from .types import (
     DEFAULT_VECTOR,
     AnnotationMeasures,
@@ -497,3 +497,8 @@ def annotation_boxes(*, ids: Sequence[int]) -> list[tuple[int, str, float, float
         .order_by("id")
         .values_list(*fields)
     ]
+
+
+def annotations_revision() -> str:
+    """A token that changes on every write to annotations (cached renderings compare it)."""
+    return AnnotationRevision.current()

@@ -1,6 +1,9 @@
 // The transcript as the server renders it. Every stored message is shown in the server's
 // HTML (templates/chat/turn.html, message.html), the same on first load, after a live turn
 // and after a reload; this module fetches a turn or a message again and swaps it in.
+// The page opens with the latest turns; the marker above them (`.transcript-earlier`) loads
+// the page of turns before when it scrolls into view (or its button is pressed), keeping the
+// reader's place.
 
 import { fetchFragment } from './http.js';
 
@@ -96,6 +99,57 @@ export function createTranscript({ element, session, onState, onHighlight, keep,
   function scrollToEnd() {
     element.scrollTop = element.scrollHeight;
   }
+
+  /** Load the page of turns before `marker`'s turn in its place, keeping the reader's place. */
+  async function loadEarlier(marker) {
+    const id = session();
+    if (!id || marker.dataset.loading === 'true') return;
+    marker.dataset.loading = 'true';
+    let response;
+    try {
+      response = await fetch(`/chat/${id}/turns/?before=${encodeURIComponent(marker.dataset.before)}`, {
+        credentials: 'same-origin',
+      });
+    } catch {
+      response = null;
+    }
+    if (!response?.ok || !marker.isConnected || session() !== id) {
+      marker.dataset.loading = 'false';
+      return;
+    }
+    const template = document.createElement('template');
+    template.innerHTML = await response.text();
+    if (!marker.isConnected) return;
+    const fromBottom = element.scrollHeight - element.scrollTop;
+    for (const message of template.content.querySelectorAll('.message[data-message-id]')) {
+      seen.add(message.dataset.messageId); // older turns never move the map
+    }
+    marker.replaceWith(template.content);
+    element.scrollTop = element.scrollHeight - fromBottom;
+    watchEarlier();
+  }
+
+  const observer =
+    typeof IntersectionObserver === 'function'
+      ? new IntersectionObserver(
+          (entries) => {
+            for (const entry of entries) if (entry.isIntersecting) loadEarlier(entry.target);
+          },
+          { root: element, rootMargin: '200px 0px 0px 0px' },
+        )
+      : null;
+
+  /** Watch the marker of earlier turns, if the transcript has one. */
+  function watchEarlier() {
+    const marker = element.querySelector(':scope > .transcript-earlier');
+    if (marker && observer) observer.observe(marker);
+  }
+
+  element.addEventListener('click', (event) => {
+    const button = event.target.closest?.('.transcript-earlier-button');
+    if (button) loadEarlier(button.closest('.transcript-earlier'));
+  });
+  watchEarlier();
 
   /** The turn numbers on the page. */
   function shownTurns() {
