@@ -8,10 +8,14 @@ where every socket bound to the session relays it.
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from channels.layers import get_channel_layer
+from django.conf import settings
+from django.core.cache import cache
 
 from geosense.wire import TurnEvent, TurnEventMessage, turn_event_message
 
@@ -20,6 +24,96 @@ from . import outage
 logger = logging.getLogger(__name__)
 
 Relay = Callable[[TurnEventMessage], Awaitable[None]]
+
+# How often, at most, a running turn's progress is copied to the shared cache while text
+# streams (every other event is copied at once): a page served by another process reads it.
+PROGRESS_SHARE_SECONDS = 0.25
+PROGRESS_TIMEOUT_SECONDS = 3600
+
+
+def _progress_key(session_id: object) -> str:
+    return f"turn-progress:{session_id}"
+
+
+@dataclass
+class TurnProgress:
+    """A running turn's events so far, for a page opened while it runs (a reload, a switch
+    back): the events in order, consecutive text deltas as one, and `seq`, the number of the
+    last event (the socket's live events carry theirs, so the page skips what it has).
+
+    Kept per event at O(1): streamed text is gathered in a list and joined when read.
+    """
+
+    turn: int | None = None
+    seq: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    shared_at: float = 0.0
+
+    def add(self, event: TurnEvent) -> None:
+        self.seq += 1
+        if event.event == "turn_start":
+            self.turn = event.data["turn"]
+        if event.event == "text_delta":
+            self.text.append(event.data["delta"])
+            return
+        self._flush_text()
+        self.events.append({"event": event.event, "data": event.data})
+
+    def _flush_text(self) -> None:
+        if self.text:
+            self.events.append({"event": "text_delta", "data": {"delta": "".join(self.text)}})
+            self.text = []
+
+    def snapshot(self) -> dict[str, Any]:
+        text = [{"event": "text_delta", "data": {"delta": "".join(self.text)}}] if self.text else []
+        return {"running": True, "turn": self.turn, "seq": self.seq, "events": self.events + text}
+
+
+# session id → the progress of its turn running in this process
+_progress: dict[str, TurnProgress] = {}
+
+
+def turn_progress(*, session_id: object) -> dict[str, Any]:
+    """The session's running turn so far (`TurnProgress.snapshot`), from this process when it
+    runs here, else from the shared cache; `{"running": false}` when no turn runs."""
+    progress = _progress.get(str(session_id))
+    if progress is not None:
+        return progress.snapshot()
+    return cache.get(_progress_key(session_id)) or {"running": False}
+
+
+def _cache_shared() -> bool:
+    """Whether the cache reaches other processes (Redis); each process's memory otherwise,
+    where this process's own record is all there is."""
+    return "redis" in settings.CACHES["default"]["BACKEND"].lower()
+
+
+async def _progress_record(session_id: object, event: TurnEvent) -> int:
+    """Add the event to the session's progress (shared with other processes when the cache
+    is); returns the event's number."""
+    key = str(session_id)
+    progress = _progress.setdefault(key, TurnProgress())
+    progress.add(event)
+    seq = progress.seq
+    if event.event == "turn_end":
+        del _progress[key]
+    if not _cache_shared():
+        return seq
+    try:
+        if event.event == "turn_end":
+            await cache.adelete(_progress_key(key))
+        elif (
+            event.event != "text_delta"
+            or time.monotonic() - progress.shared_at >= PROGRESS_SHARE_SECONDS
+        ):
+            progress.shared_at = time.monotonic()
+            await cache.aset(_progress_key(key), progress.snapshot(), PROGRESS_TIMEOUT_SECONDS)
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # the shared copy is a convenience; the turn goes on
+        logger.exception("could not share a turn's progress")
+    return seq
 
 
 def session_group(session_id: object) -> str:
@@ -65,11 +159,12 @@ class EventSink:
             except Exception:  # a broken listener must not break the turn
                 logger.exception("turn event listener failed; dropping it")
                 self.listeners.remove(listener)
-        delivered = await _local_send(self.session_id, event)
-        await _group_send(self.session_id, event, delivered)
+        seq = await _progress_record(self.session_id, event)
+        delivered = await _local_send(self.session_id, event, seq=seq)
+        await _group_send(self.session_id, event, delivered, seq=seq)
 
 
-async def _local_send(session_id: object, event: TurnEvent) -> list[str]:
+async def _local_send(session_id: object, event: TurnEvent, *, seq: int) -> list[str]:
     loop = asyncio.get_running_loop()
     sockets = _local.get(session_group(session_id), {})
     delivered = []
@@ -77,7 +172,7 @@ async def _local_send(session_id: object, event: TurnEvent) -> list[str]:
         if socket_loop is not loop:
             continue
         try:
-            await relay(turn_event_message(event))
+            await relay(turn_event_message(event, seq=seq))
         except asyncio.CancelledError:
             raise
         except Exception:  # a socket closing meanwhile: the channel layer may still reach it
@@ -86,13 +181,15 @@ async def _local_send(session_id: object, event: TurnEvent) -> list[str]:
     return delivered
 
 
-async def _group_send(session_id: object, event: TurnEvent, delivered: list[str]) -> None:
+async def _group_send(
+    session_id: object, event: TurnEvent, delivered: list[str], *, seq: int
+) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     try:
         await layer.group_send(
-            session_group(session_id), turn_event_message(event, delivered=delivered)
+            session_group(session_id), turn_event_message(event, delivered=delivered, seq=seq)
         )
     except asyncio.CancelledError:
         raise

@@ -382,13 +382,15 @@ class ClientToolForgetMessage(TypedDict):
 
 
 class TurnEventMessage(TypedDict):
-    """Engine → a session's group: a turn event every bound socket relays."""
+    """Engine → a session's group: a turn event every bound socket relays. `seq` numbers the
+    turn's events from 1 (a page that read the turn's progress so far skips what it has)."""
 
     type: Literal["turn.event"]
     event: EventName
     data: EventData
     # The sockets of the emitting process that already had it, handed over directly.
     delivered: NotRequired[list[str]]
+    seq: NotRequired[int]
 
 
 def client_tool_invoke_message(
@@ -427,10 +429,14 @@ def client_tool_forget_message(correlation_id: str) -> ClientToolForgetMessage:
     return ClientToolForgetMessage(type=CLIENT_TOOL_FORGET, correlation_id=correlation_id)
 
 
-def turn_event_message(event: TurnEvent, *, delivered: list[str] | None = None) -> TurnEventMessage:
+def turn_event_message(
+    event: TurnEvent, *, delivered: list[str] | None = None, seq: int | None = None
+) -> TurnEventMessage:
     message = TurnEventMessage(type=TURN_EVENT, event=event.event, data=event.data)
     if delivered:
         message["delivered"] = delivered
+    if seq is not None:
+        message["seq"] = seq
     return message
 
 
@@ -537,6 +543,7 @@ class EventFrame(TypedDict):
     type: Literal["event"]
     event: EventName
     data: EventData
+    seq: NotRequired[int]  # the event's number in its turn (see TurnEventMessage)
 
 
 class AnnotationsChangedFrame(TypedDict):
@@ -598,7 +605,10 @@ def client_tool_cancelled_frame(correlation_id: str) -> ClientToolCancelledFrame
 
 
 def event_frame(message: TurnEventMessage) -> EventFrame:
-    return EventFrame(type="event", event=message["event"], data=message["data"])
+    frame = EventFrame(type="event", event=message["event"], data=message["data"])
+    if "seq" in message:
+        frame["seq"] = message["seq"]
+    return frame
 
 
 def annotations_changed_frame(message: AnnotationsChangedMessage) -> AnnotationsChangedFrame:

@@ -112,31 +112,77 @@ export function createChat({
     composer: panel.querySelector('#composer'),
     textarea: panel.querySelector('#composer-text'),
     send,
+    busy: () => panel.dataset.busy === 'true',
+    notice,
   });
   transcript.scrollToEnd();
 
+  // A turn that was already running when this tab started following the session (a reload,
+  // a switch back, a lost socket): its progress so far is read once (`seq`: its last event),
+  // then the socket's events after it are shown; those that arrive while it is read wait.
+  const running = { seq: null, waiting: null };
+
+  function showSocketEvent(name, data, seq) {
+    if (running.seq !== null && typeof seq === 'number' && name !== 'turn_start' && seq <= running.seq) {
+      return; // already shown from the turn's progress
+    }
+    if (name === 'turn_start') running.seq = null;
+    const own = ownTurns.socketEventIsOwn(name, data);
+    if (!own) liveTurn.show(name, data);
+    // Another tab's turn (or one already running): Send waits until it ends.
+    if (name === 'turn_start' && !own) setBusy(true);
+    if (name === 'turn_end' && !ownTurns.streaming) setBusy(false);
+  }
+
+  /** Show the running turn so far, if one runs; true when it does. */
+  async function followRunningTurn() {
+    const response = await fetch(`/chat/${session.id}/progress/`, { credentials: 'same-origin' });
+    if (!response.ok) return false;
+    const progress = await response.json();
+    if (!progress.running || ownTurns.streaming) return false;
+    setBusy(true);
+    liveTurn.reset();
+    for (const { event, data } of progress.events) liveTurn.show(event, data);
+    running.seq = progress.seq;
+    return true;
+  }
+
   return {
     /** A live event of the bound session from the socket; other tabs' turns are shown here. */
-    onSocketEvent(name, data) {
-      if (!ownTurns.socketEventIsOwn(name, data)) liveTurn.show(name, data);
+    onSocketEvent(name, data, seq) {
+      if (running.waiting) running.waiting.push([name, data, seq]);
+      else showSocketEvent(name, data, seq);
     },
     /**
      * After a (re)bind: show what was stored while this tab was not listening (a reload or a
-     * lost socket mid-turn), by rendering the latest turns again from the server.
+     * lost socket mid-turn) by rendering the latest turns again from the server, and a turn
+     * still running as it is so far, followed live to its end (Send waits for it).
      */
     async catchUp() {
       if (!session.id || ownTurns.streaming) return;
-      const response = await fetch(`/api/sessions/${session.id}`, { credentials: 'same-origin' });
-      if (!response.ok) return;
-      const turns = new Set((await response.json()).messages.map((m) => m.turn));
-      const shown = transcript.shownTurns();
-      const latestShown = shown.length ? Math.max(...shown) : -1;
-      for (const turn of [...turns].sort((a, b) => a - b)) {
-        if (turn >= latestShown) await transcript.renderTurn(turn);
+      running.waiting = [];
+      try {
+        const response = await fetch(`/api/sessions/${session.id}?limit=${CATCH_UP_MESSAGES}`, {
+          credentials: 'same-origin',
+        });
+        const turns = response.ok ? new Set((await response.json()).messages.map((m) => m.turn)) : [];
+        const shown = transcript.shownTurns();
+        const latestShown = shown.length ? Math.max(...shown) : -1;
+        for (const turn of [...turns].sort((a, b) => a - b)) {
+          if (turn >= latestShown) await transcript.renderTurn(turn);
+        }
+        if (!(await followRunningTurn()) && !ownTurns.streaming) setBusy(false);
+      } finally {
+        const waiting = running.waiting;
+        running.waiting = null;
+        for (const [name, data, seq] of waiting) showSocketEvent(name, data, seq);
       }
     },
   };
 }
+
+// Messages read back after a (re)bind: the turns among them not yet on the page are rendered.
+const CATCH_UP_MESSAGES = 100;
 
 /** `map.ready` is a promise until the annotations are drawn, then true. */
 async function whenMapReady(map) {
@@ -168,11 +214,15 @@ function wireStop({ button, session, notice, document }) {
 }
 
 /** The composer: Enter sends, Shift+Enter breaks the line, a refused text comes back. */
-function wireComposer({ composer, textarea, send }) {
+function wireComposer({ composer, textarea, send, busy, notice }) {
   composer.addEventListener('submit', async (event) => {
     event.preventDefault();
     const text = textarea.value;
     if (!text.trim()) return;
+    if (busy()) {
+      notice('Wait until the current answer is finished.');
+      return; // the text stays in the box
+    }
     textarea.value = '';
     const restore = () => {
       // Nothing the user typed is lost: give the text back, before anything typed since.

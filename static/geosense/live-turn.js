@@ -230,6 +230,13 @@ export function createLiveTurn({
     show(name, data) {
       handlers[name]?.(data);
     },
+    /** Forget the turn shown live (its bubble and activity log go): it is shown anew. */
+    reset() {
+      removeBubbles();
+      live.log?.remove();
+      live.log = null;
+      live.turn = null;
+    },
     get turn() {
       return live.turn;
     },

@@ -94,7 +94,7 @@ const panel = document.getElementById('chat-panel');
 const socket = createSessionSocket({
   session: panel.dataset.sessionId || null,
   tools: () => tools,
-  onEvent: (name, data) => chat?.onSocketEvent(name, data),
+  onEvent: (name, data, seq) => chat?.onSocketEvent(name, data, seq),
   onBound: () => chat?.catchUp(),
   onLiveLost: () => chat?.catchUp(),
   onState: showState,

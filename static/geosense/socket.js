@@ -61,7 +61,7 @@ function createWaiters(later, cancelLater) {
  *   url?: string,
  *   session?: string | null,
  *   tools: () => PageTool[],
- *   onEvent?: (name: import('./wire.js').EventName, data: object) => void,
+ *   onEvent?: (name: import('./wire.js').EventName, data: object, seq?: number) => void,
  *   onState?: (state: keyof typeof SOCKET_STATES) => void,
  *   onFrameError?: (frame: import('./wire.js').ErrorFrame) => void,
  *   onBound?: (session: string) => void,
@@ -151,7 +151,7 @@ export function createSessionSocket({
     [SERVER_FRAMES.clientToolInvoke]: answer,
     [SERVER_FRAMES.clientToolCancelled]: cancelled,
     // Unbound (a new conversation not saved yet): the previous session's events are not ours.
-    [SERVER_FRAMES.event]: (frame) => current && onEvent(frame.event, frame.data || {}),
+    [SERVER_FRAMES.event]: (frame) => current && onEvent(frame.event, frame.data || {}, frame.seq),
     [SERVER_FRAMES.annotationsChanged]: (frame) => onAnnotationsChanged(String(frame.revision)),
     [SERVER_FRAMES.error]: (frame) => onFrameError(frame),
   };

@@ -86,7 +86,9 @@ export const SERVER_FRAMES = Object.freeze({
  * @typedef {{type: 'client-tool-invoke', correlationId: string, name: string, arguments: object}}
  *   ClientToolInvokeFrame
  * @typedef {{type: 'client-tool-cancelled', correlationId: string}} ClientToolCancelledFrame
- * @typedef {{type: 'event', event: EventName, data: object}} EventFrame
+ * @typedef {{type: 'event', event: EventName, data: object, seq?: number}} EventFrame
+ *   (`seq`: the event's number in its turn; a page that read the turn's progress skips
+ *   the events it already has)
  * @typedef {{type: 'annotations-changed', revision: string}} AnnotationsChangedFrame
  * @typedef {{type: 'error', status: number, error: string, tool?: string,
  *   correlationId?: string}} ErrorFrame
