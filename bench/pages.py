@@ -18,7 +18,8 @@ commit for "before"):
     .venv/bin/python bench/pages.py /tmp/before-i15p .
 
 Each tree is measured in its own process, on its own database, with this tree's venv. Prints
-the median and p90 of each request over RUNS runs after one warm-up, then the ratios.
+the median and p90 of each request's wall time over RUNS runs after one warm-up, the median of
+its CPU time (the work itself, without waiting for a CPU on a busy machine), then the ratios.
 """
 
 from __future__ import annotations
@@ -74,13 +75,15 @@ def _measure(tree: Path) -> dict[str, list[float]]:
             continue
         if name == "api page" and "next_cursor" not in client.get(url).json():
             continue  # the tree ignores the cursor: it would time the whole transcript again
-        runs = []
+        runs, cpu = [], []
         for _ in range(RUNS):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             response = client.get(url)
             runs.append((time.perf_counter() - start) * 1000)
+            cpu.append((time.process_time() - start_cpu) * 1000)
             assert response.status_code == 200, (url, response.status_code)
         times[name] = runs
+        times[f"{name} cpu"] = cpu
     return times
 
 
@@ -95,8 +98,8 @@ def _session_make():
     for turn in range(1, TURNS + 1):
         if turn % 10 == 1 and turn > 1:
             user_text = (
-                f'<answer question="q-view" question-option-index="1" '
-                f'asked-in="{{asker}}">The big ones</answer>'
+                '<answer question="q-view" question-option-index="1" '
+                'asked-in="{asker}">The big ones</answer>'
             )
         else:
             user_text = f"Which trees are within 20 m of a house? ({turn})"
@@ -169,17 +172,22 @@ def main(trees: list[str]) -> None:
         ).stdout
         results[tree] = json.loads(out.strip().splitlines()[-1])
     names = ["page", "live update", "api", "api page", "older page"]
-    print(f"{TURNS:,} turns, {RUNS} runs each; milliseconds (median / p90)")
-    print(f"{'request':<14}" + "".join(f"{tree:>26}" for tree in trees))
+    print(f"{TURNS:,} turns, {RUNS} runs each; milliseconds: wall median / p90, CPU median")
+    print(f"{'request':<14}" + "".join(f"{tree:>30}" for tree in trees))
     for name in names:
         cells = []
         for tree in trees:
             runs = results[tree].get(name)
-            cells.append("—" if runs is None else "%.1f / %.1f" % _summary(runs))
-        print(f"{name:<14}" + "".join(f"{cell:>26}" for cell in cells))
+            cpu = results[tree].get(f"{name} cpu")
+            cells.append(
+                "—"
+                if runs is None
+                else "{:.1f} / {:.1f}, {:.1f}".format(*_summary(runs), statistics.median(cpu))
+            )
+        print(f"{name:<14}" + "".join(f"{cell:>30}" for cell in cells))
     if len(trees) == 2:
         before, after = (results[tree] for tree in trees)
-        print("ratios (before median / after median):")
+        print("ratios (before median / after median, wall):")
         for name, other in [
             ("page", "page"),
             ("live update", "live update"),

@@ -77,6 +77,9 @@ class Message(models.Model):
 
     class Meta:
         ordering = ["id"]
+        # A page of the transcript is a range of turns (chat/pages.py): read through this
+        # index, its cost follows the turns shown, not the session's length.
+        indexes = [models.Index(fields=["session", "turn"], name="chat_message_session_turn")]
         constraints = [
             # Engine invariant 1 (docs/architecture.md): at most one result per tool call.
             models.UniqueConstraint(

@@ -177,6 +177,10 @@ def transcript_shown(
     follows the turns shown, not the transcript.
     """
     messages = selectors.messages_of_session(session_id=session.pk, turns=turns)
+    if selectors.session_turn_running(session=session):
+        # The running turn's text streamed so far is stored as it streams (`cut_off` until it
+        # completes): the page shows it from the turn's progress, as it goes on, not twice.
+        messages = [m for m in messages if not (m.cut_off and m.turn == session.turn_count)]
     asked, responses, _ = _questions_and_responses(session=session, messages=messages, turns=turns)
     shared = selectors.shared_contexts(
         session_id=session.pk,
@@ -283,6 +287,7 @@ def chat_page(request: HttpRequest, session_id: UUID | None = None) -> HttpRespo
         {
             "sessions": selectors.session_list(user=request.user),
             "current": current,
+            "running": current is not None and selectors.session_turn_running(session=current),
             **page,
             "credits": credit_balance(user=request.user),
             "tile_url": settings.GEOSENSE_MAP_TILE_URL,
@@ -370,7 +375,7 @@ def turn_progress(request: HttpRequest, session_id: UUID) -> JsonResponse:
     to number `seq`, consecutive text deltas as one; docs/protocol.md, "A turn already
     running")."""
     session = _owned(request, session_id)
-    if session.turn_state != ChatSession.TurnState.RUNNING:
+    if not selectors.session_turn_running(session=session):
         return JsonResponse({"running": False})
     return JsonResponse(events.turn_progress(session_id=session.pk))
 

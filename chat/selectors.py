@@ -20,6 +20,7 @@ from django.db.models import (
 )
 from django.db.models.fields.json import KT
 from django.urls import reverse
+from django.utils import timezone
 
 from geosense.wire import ApprovalData, DecisionData, MessageData
 from tools.client import ClientTool, ClientToolset
@@ -53,6 +54,18 @@ def session_of_user(*, session_id: object, user) -> ChatSession | None:
 
 def session_list(*, user) -> list[ChatSession]:
     return list(ChatSession.objects.filter(user=user).order_by("-created"))
+
+
+def session_turn_running(*, session: ChatSession) -> bool:
+    """Whether a turn of the session runs now: claimed, and the claim not free for the taking
+    (a lapsed lease, a dead process's claim: that turn will never end by itself)."""
+    if session.turn_state != ChatSession.TurnState.RUNNING:
+        return False
+    return (
+        ChatSession.objects.filter(pk=session.pk)
+        .exclude(processes.claim_free_q(timezone.now()))
+        .exists()
+    )
 
 
 def session_serialize(session: ChatSession) -> dict[str, Any]:
