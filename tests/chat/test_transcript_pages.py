@@ -179,9 +179,7 @@ def test_an_answer_without_asked_in_finds_the_latest_question_before_its_page(br
     assert "Proceed?" in latest
 
 
-def test_each_message_is_rendered_once_until_something_it_shows_changes(
-    browser, session, renders
-):
+def test_each_message_is_rendered_once_until_something_it_shows_changes(browser, session, renders):
     asker = Message.objects.create(
         session=session,
         turn=1,
@@ -308,5 +306,7 @@ def test_a_page_opened_while_a_turn_runs_has_send_disabled(browser, session):
 
     html = browser.get(f"/chat/{session.pk}/").content.decode()
 
-    assert re.search(r'<button type="submit" class="primary-button" id="send-button" disabled>', html)
+    assert re.search(
+        r'<button type="submit" class="primary-button" id="send-button" disabled>', html
+    )
     assert 'data-busy="true"' in html
