@@ -33,13 +33,14 @@ _FIND_SIMILAR = 'type="find-similar"'
 
 @cache
 def markup_version() -> str:
-    """A digest of everything that turns markup into HTML (chat/markup, the block templates,
-    the words for classes), computed once per process."""
+    """A digest of everything that turns markup into HTML (chat/markup, the block templates
+    and their tags, the words for classes), computed once per process."""
     root = Path(settings.BASE_DIR)
     files = sorted(
         [
             *(root / "chat" / "markup").glob("*.py"),
             *(root / "templates" / "chat" / "blocks").glob("*.html"),
+            *(root / "chat" / "templatetags").glob("*.py"),
             root / "geosense" / "annotations" / "classes.py",
         ]
     )
