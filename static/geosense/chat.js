@@ -134,19 +134,6 @@ export function createChat({
     if (name === 'turn_end' && !ownTurns.streaming) setBusy(false);
   }
 
-  /** Show the running turn so far, if one runs; true when it does. */
-  async function followRunningTurn() {
-    const response = await fetch(`/chat/${session.id}/progress/`, { credentials: 'same-origin' });
-    if (!response.ok) return false;
-    const progress = await response.json();
-    if (!progress.running || ownTurns.streaming) return false;
-    setBusy(true);
-    liveTurn.reset();
-    for (const { event, data } of progress.events) liveTurn.show(event, data);
-    running.seq = progress.seq;
-    return true;
-  }
-
   return {
     /** A live event of the bound session from the socket; other tabs' turns are shown here. */
     onSocketEvent(name, data, seq) {
@@ -162,16 +149,16 @@ export function createChat({
       if (!session.id || ownTurns.streaming) return;
       running.waiting = [];
       try {
-        const response = await fetch(`/api/sessions/${session.id}?limit=${CATCH_UP_MESSAGES}`, {
-          credentials: 'same-origin',
-        });
-        const turns = response.ok ? new Set((await response.json()).messages.map((m) => m.turn)) : [];
-        const shown = transcript.shownTurns();
-        const latestShown = shown.length ? Math.max(...shown) : -1;
-        for (const turn of [...turns].sort((a, b) => a - b)) {
-          if (turn >= latestShown) await transcript.renderTurn(turn);
+        await renderStoredTurns(session.id, transcript);
+        const progress = ownTurns.streaming ? null : await runningTurn(session.id);
+        if (progress && !ownTurns.streaming) {
+          setBusy(true);
+          liveTurn.reset();
+          for (const { event, data } of progress.events) liveTurn.show(event, data);
+          running.seq = progress.seq;
+        } else if (!ownTurns.streaming) {
+          setBusy(false);
         }
-        if (!(await followRunningTurn()) && !ownTurns.streaming) setBusy(false);
       } finally {
         const waiting = running.waiting;
         running.waiting = null;
@@ -183,6 +170,27 @@ export function createChat({
 
 // Messages read back after a (re)bind: the turns among them not yet on the page are rendered.
 const CATCH_UP_MESSAGES = 100;
+
+/** Render again the latest stored turns from the last one on the page on. */
+async function renderStoredTurns(sessionId, transcript) {
+  const response = await fetch(`/api/sessions/${sessionId}?limit=${CATCH_UP_MESSAGES}`, {
+    credentials: 'same-origin',
+  });
+  const turns = response.ok ? new Set((await response.json()).messages.map((m) => m.turn)) : [];
+  const shown = transcript.shownTurns();
+  const latestShown = shown.length ? Math.max(...shown) : -1;
+  for (const turn of [...turns].sort((a, b) => a - b)) {
+    if (turn >= latestShown) await transcript.renderTurn(turn);
+  }
+}
+
+/** The session's running turn so far (docs/protocol.md, "A turn already running"), or null. */
+async function runningTurn(sessionId) {
+  const response = await fetch(`/chat/${sessionId}/progress/`, { credentials: 'same-origin' });
+  if (!response.ok) return null;
+  const progress = await response.json();
+  return progress.running ? progress : null;
+}
 
 /** `map.ready` is a promise until the annotations are drawn, then true. */
 async function whenMapReady(map) {
