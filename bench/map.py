@@ -15,6 +15,8 @@ request (its index built, as a serving process has it), in a fresh browser conte
   to settle; the tour runs twice: cold (empty HTTP cache) and warm (ETag revalidations, 304);
 - during a scripted pan and zoom (8 pans of 200 px, zoom in and out 3 levels, animated):
   main-thread long tasks (PerformanceObserver 'longtask') and frame intervals (rAF);
+- the same tiles again one at a time from the test process, fresh then with If-None-Match
+  (the server's latency without the browser's parallel requests);
 - the main thread's JS heap after the tour (CDP Runtime.getHeapUsage) and the largest tile
   (encoded body bytes).
 The old map has no tiles: its "tiles" line stays empty, and its tour moves its one SVG layer.
@@ -118,6 +120,7 @@ class TileRequests:
 
     def __init__(self, context) -> None:
         self.entries: list[list[float]] = []
+        self.urls: set[str] = set()
         context.on("requestfinished", self._finished)
 
     def _finished(self, request) -> None:
@@ -129,6 +132,7 @@ class TileRequests:
         if response and not size and response.status == 200:
             size = request.sizes()["responseBodySize"]
         self.entries.append([timing["responseEnd"], size, response.status if response else 0])
+        self.urls.add(request.url)
 
 
 def free_port() -> int:
@@ -190,6 +194,27 @@ def log_in(page, base: str) -> None:
     page.wait_for_url("**/chat/**")
 
 
+def serial_tiles(page, urls: list[str]) -> dict:
+    """The tour's tiles again, one request at a time from the test process (no browser, no
+    parallel requests): the server's own latency, fresh (200) then revalidated (304)."""
+    out = {}
+    tags = {}
+    for name in ("fresh", "revalidated"):
+        times = []
+        for url in urls:
+            headers = {"If-None-Match": tags[url]} if name == "revalidated" else {}
+            started = time.perf_counter()
+            response = page.request.get(url, headers=headers)
+            times.append((time.perf_counter() - started) * 1000)
+            tags[url] = response.headers.get("etag", "")
+        out[name] = {
+            "n": len(times),
+            "p50_ms": percentile(times, 0.5),
+            "p99_ms": percentile(times, 0.99),
+        }
+    return out
+
+
 def warm_server(browser, base: str) -> None:
     """One logged-in read of the tile JSON before measuring: a serving process has its index
     built (GEOSENSE_INDEX_WARM); the tiles themselves stay cold."""
@@ -223,6 +248,7 @@ def measure_map(browser, base: str, bounds: list[float]) -> dict:
             "not_modified": sum(1 for entry in tiles.entries if entry[2] == 304),
             "tour_s": time.perf_counter() - started,
         }
+    serial = serial_tiles(page, sorted(tiles.urls))
     page.evaluate(GO, [16, 0.5, 0.5, bounds])
     moved = page.evaluate(MOVE)
     cdp = context.new_cdp_session(page)
@@ -233,6 +259,7 @@ def measure_map(browser, base: str, bounds: list[float]) -> dict:
     return {
         "first_draw_ms": first_draw,
         "tour": tours,
+        "serial": serial,
         "long_tasks": len(moved["longtasks"]),
         "longest_task_ms": max(moved["longtasks"], default=0),
         "frame_p50_ms": percentile(frames, 0.5),
@@ -289,6 +316,10 @@ def main() -> None:
             f" | tiles cold p50/p99 {cold['p50_ms'] or 0:5.1f}/{cold['p99_ms'] or 0:6.1f} ms"
             f" warm {warm['p50_ms'] or 0:5.1f}/{warm['p99_ms'] or 0:6.1f} ms"
             f" largest {cold['largest_bytes'] or 0:>7} B"
+            f" | server fresh p50/p99 {row['serial']['fresh']['p50_ms'] or 0:.1f}/"
+            f"{row['serial']['fresh']['p99_ms'] or 0:.1f} ms,"
+            f" 304 {row['serial']['revalidated']['p50_ms'] or 0:.1f}/"
+            f"{row['serial']['revalidated']['p99_ms'] or 0:.1f} ms"
             f" | long tasks {row['long_tasks']} (max {row['longest_task_ms']:.0f} ms)"
             f" frames p50/p99 {row['frame_p50_ms'] or 0:.1f}/{row['frame_p99_ms'] or 0:.1f} ms"
             f" | heap {row['heap_mb']:.1f} MB"
