@@ -41,7 +41,7 @@ def test_the_chat_page_runs_under_its_csp_without_a_violation(browser, daphne_se
     )
     try:
         log_in(page)
-        page.get_by_role("link", name="New conversation").click()
+        page.get_by_test_id("new-conversation").click()
         expect(page.locator("#chat-panel")).to_have_attribute("data-session-id", "")
         page.get_by_label("Your message").fill("how many trees are there?")
         page.get_by_role("button", name="Send").click()
