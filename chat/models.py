@@ -73,6 +73,13 @@ class Message(models.Model):
     # Assistant text stored while it streamed (every second or so) whose stream never finished:
     # the process died, the model failed or the turn was stopped. It stays what the user saw.
     cut_off = models.BooleanField(default=False)
+    # Tool messages of a client tool's call: the call in a person's words, kept from the
+    # page's declaration (the page that declared it is gone after a reload), for the activity
+    # log (chat/activity.py).
+    TITLE_MAX_CHARS = 80
+    SUMMARY_MAX_CHARS = 300
+    title = NulFreeCharField(max_length=TITLE_MAX_CHARS, blank=True)
+    summary = NulFreeCharField(max_length=SUMMARY_MAX_CHARS, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:

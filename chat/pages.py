@@ -6,7 +6,7 @@ with a turn re-rendered after a live update, or alone: live and reloaded views a
 
 import json
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 from uuid import UUID
@@ -26,6 +26,7 @@ from geosense.annotations.selectors import (
 )
 
 from . import events, selectors
+from .activity import ClientCall, LocationCard, client_record
 from .markup import (
     Answer,
     Response,
@@ -65,6 +66,9 @@ class ShownMessage:
     cut_off: bool = False
     # A user message's contexts (chips; a picture with its thumbnail).
     shared: tuple[selectors.SharedContext, ...] = ()
+    # The turn's client-tool calls (its activity log), on the turn's first shown message.
+    activity: list[ClientCall] = field(default_factory=list)
+    location: LocationCard | None = None
 
 
 class _DataClasses(Collection[str]):
@@ -173,8 +177,10 @@ def transcript_shown(
     nothing it depends on changed (chat/rendered.py).
 
     Tool messages are internals; an assistant message that only carried tool calls shows
-    nothing unless it paused the turn (then it is an approval or decision card). The cost
-    follows the turns shown, not the transcript.
+    nothing unless it paused the turn (then it is an approval or decision card) or asked for
+    the user's location (the turn's location card). A turn's client-tool calls ride on its
+    first shown message, which renders the turn's activity log after itself. The cost follows
+    the turns shown, not the transcript.
     """
     messages = selectors.messages_of_session(session_id=session.pk, turns=turns)
     if selectors.session_turn_running(session=session):
@@ -186,16 +192,18 @@ def transcript_shown(
         session_id=session.pk,
         message_ids=[m.pk for m in messages if m.role == Message.Role.USER],
     )
+    record = client_record(messages)
     visible = []
     for message in messages:
         if message.role not in SHOWN_ROLES:
             continue
         data = selectors.message_serialize(message)
+        location = record.location_by_message.get(message.pk)
         if message.role == Message.Role.ASSISTANT and not (
-            message.content.strip() or data.get("approval") or data.get("decision")
+            message.content.strip() or data.get("approval") or data.get("decision") or location
         ):
             continue
-        visible.append((message, data))
+        visible.append((message, data, location))
     to_render = [
         MessageToRender(
             id=message.pk,
@@ -204,7 +212,7 @@ def transcript_shown(
             answers=asked.answers_in(message.pk),
             questions=asked.questions_answered_in(message.pk),
         )
-        for message, _ in visible
+        for message, _, _ in visible
         if message.role != Message.Role.NOTE
     ]
     html = messages_html(
@@ -217,10 +225,13 @@ def transcript_shown(
         classes=_DataClasses(),
         revision=annotations_revision,
     )
+    logged: set[int] = set()
     shown = []
-    for message, data in visible:
+    for message, data, location in visible:
         approval = data.get("approval")
         decision = data.get("decision")
+        activity = [] if message.turn in logged else record.calls_by_turn.get(message.turn, [])
+        logged.add(message.turn)
         if approval:
             approval = {**approval, "reason_labels": _reason_labels(approval)}
         if decision:
@@ -236,6 +247,8 @@ def transcript_shown(
                 decision=decision,
                 cut_off=message.cut_off,
                 shared=tuple(shared.get(message.pk, ())),
+                activity=activity,
+                location=location,
             )
         )
     return shown

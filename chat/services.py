@@ -191,11 +191,15 @@ def tool_result_store(
     content: dict[str, Any] | str,
     is_error: bool = False,
     lease_renew: bool = False,
+    title: str = "",
+    summary: str = "",
 ) -> Message:
     """Store the one result of a call; a second result for the same call is never written.
 
     `lease_renew`: the running turn's claim is renewed with it (one trip to the database
-    thread per call, not two)."""
+    thread per call, not two). `title` and `summary` word a client tool's call for a person
+    (the activity log).
+    """
     text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
     if lease_renew:
         session_lease_renew(session_id=session_id)
@@ -209,6 +213,8 @@ def tool_result_store(
                 tool_call_id=tool_call_id,
                 tool_name=tool_name,
                 is_error=is_error,
+                title=title[: Message.TITLE_MAX_CHARS],
+                summary=summary[: Message.SUMMARY_MAX_CHARS],
             )
     except IntegrityError:
         return Message.objects.get(

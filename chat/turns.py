@@ -666,8 +666,15 @@ class TurnRunner:
         )
 
     async def _store_and_report(
-        self, call: wire.StoredToolCall, arguments: dict[str, Any], run: ToolRun
+        self,
+        call: wire.StoredToolCall,
+        arguments: dict[str, Any],
+        run: ToolRun,
+        *,
+        client: client_tools.ClientTool | None = None,
     ) -> CallOutcome:
+        """Store the call's result; a client tool's call keeps its words for the activity
+        log (a backend call is reported by its event and words itself from its tool)."""
         # One thread hop: the result, and the claim renewed after the call.
         await in_thread(services.tool_result_store)(
             session_id=self.session_id,
@@ -677,6 +684,8 @@ class TurnRunner:
             content=run.content,
             is_error=not run.ok,
             lease_renew=True,
+            title=client.title_text if client is not None else "",
+            summary=client.summary_of(arguments) if client is not None else "",
         )
         if self.answers is not None:
             self.answers[call["name"]] = self.answers.get(call["name"], 0) + 1
@@ -766,6 +775,7 @@ class TurnRunner:
                 refusal(
                     f"{tool.name} was already answered {answered} times in this turn. Stop calling it and answer with what you have."
                 ),
+                client=tool,
             )
         problem = await tool.arguments_problem(arguments)
         if problem:
@@ -775,10 +785,11 @@ class TurnRunner:
                 refusal(
                     f"Invalid arguments for {tool.name}: {problem}. Nothing was sent to the client."
                 ),
+                client=tool,
             )
         if tool.kind == "one-way":
             return await self._store_and_report(
-                call, arguments, ToolRun(ok=True, content=dict(ONE_WAY_DELIVERED))
+                call, arguments, ToolRun(ok=True, content=dict(ONE_WAY_DELIVERED)), client=tool
             )
         if not tool.serve:
             await in_thread(approvals.decision_create)(
@@ -805,7 +816,9 @@ class TurnRunner:
             if answer.ok and answer.result is not None
             else {"error": answer.error or "no answer"}
         )
-        return await self._store_and_report(call, arguments, ToolRun(ok=answer.ok, content=content))
+        return await self._store_and_report(
+            call, arguments, ToolRun(ok=answer.ok, content=content), client=tool
+        )
 
     def _reachable(self, toolset: client_tools.ClientToolset) -> Callable | None:
         """For a socket of another process: whether that process still heartbeats, asked

@@ -6,6 +6,7 @@
 // cannot render it. Model text only ever reaches the page as textContent or as the server's
 // sanitised HTML.
 
+import { activityLogElement, countSteps, entryOfCall } from './activity-log.js';
 import { csrfToken } from './http.js';
 import { createStreamPreview } from './stream-preview.js';
 
@@ -29,30 +30,13 @@ function bubbleElement(document) {
   return article;
 }
 
-/** A turn's collapsible activity log (not stored: gone after a reload). */
-function activityLogElement(document) {
-  const details = document.createElement('details');
-  details.className = 'activity-log';
-  details.dataset.testid = 'activity-log';
-  const summary = document.createElement('summary');
-  summary.textContent = 'Activity';
-  details.append(summary, document.createElement('ol'));
-  return details;
-}
-
-/** The log's summary says how many steps it holds; returns that number. */
-function countSteps(details) {
-  const count = details.querySelectorAll('li').length;
-  details.querySelector('summary').textContent = `Activity (${count} step${count === 1 ? '' : 's'})`;
-  return count;
-}
-
 /**
  * A call in the activity log as a person reads it: the tool's title and the call's summary
  * (the server words both; the name and arguments are for the model), then for a backend call
  * whether it worked, and why not in words (`problem`; `error` is the model's text).
  */
 function describeCall(item, data, document) {
+  if (data.call_id) item.dataset.callId = data.call_id;
   const title = document.createElement('strong');
   title.className = 'activity-title';
   title.textContent = data.title || data.name;
@@ -133,8 +117,14 @@ export function createLiveTurn({
 
   function activityLog() {
     if (live.log?.isConnected) return live.log;
-    const details = activityLogElement(document);
     const turn = transcript.turnElement(live.turn);
+    // The server's log of the turn (its stored client-tool calls) goes on growing live.
+    const stored = turn.querySelector(':scope > .activity-log');
+    if (stored) {
+      live.log = stored;
+      return stored;
+    }
+    const details = activityLogElement(document);
     const firstUser = turn.querySelector(':scope > .message.user');
     if (firstUser) firstUser.after(details);
     else turn.prepend(details);
@@ -199,7 +189,10 @@ export function createLiveTurn({
     },
     client_tool_call(data) {
       closeBubble();
-      if (live.turn !== null) logEntry('client-call', (item) => describeCall(item, data, document));
+      // A call the server's rendering already lists (with its outcome) is not listed twice.
+      if (live.turn !== null && !(data.call_id && entryOfCall(activityLog(), data.call_id))) {
+        logEntry('client-call', (item) => describeCall(item, data, document));
+      }
       if (data.kind === 'one-way') applyOneWay(data.name, data.arguments || {});
     },
     message(data) {

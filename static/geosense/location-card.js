@@ -1,10 +1,14 @@
 // GeoSense's own location card: asked before the browser's prompt, because a permission the
 // user blocks in the browser is hard to undo. It answers once; a second press does nothing.
+// When its request is settled without the user (the turn ended, the reader switched
+// conversation), it shows what the model read, PENDING, with its buttons disabled; the
+// server's card of the call (templates/chat/location_card.html) says the same words.
 
 const OUTCOME_TEXT = Object.freeze({
   DECLINED: 'Location not shared.',
   UNAVAILABLE: 'Location unavailable.',
 });
+export const SETTLED_TEXT = 'Answered: PENDING, no answer yet.';
 
 let cardCount = 0;
 
@@ -28,9 +32,12 @@ function element(document, tag, { text, testid, className } = {}) {
  * `container` (the chat transcript) and returns `{answer, close(result)}`. `answer` resolves
  * once, with 'allow' or 'deny'; the buttons are removed at the first press. `close(result)`
  * shows the request's outcome in the card, which stays in the transcript as a record.
+ * `settle()` ends the card without the user: `answer` resolves 'dismiss' (if it has not
+ * resolved yet), the buttons are disabled, the card says PENDING and ignores a later `close`.
  *
- * @param {{container: Element, document?: Document}} options
- * @returns {() => {answer: Promise<'allow' | 'deny'>, close(result: {status: string}): void}}
+ * @param {{container: Element | (() => Element), document?: Document}} options
+ * @returns {() => {answer: Promise<'allow' | 'deny' | 'dismiss'>,
+ *                  close(result: {status: string}): void, settle(): void}}
  */
 export function createLocationCard({ container, document = globalThis.document }) {
   return function askPermission() {
@@ -38,6 +45,8 @@ export function createLocationCard({ container, document = globalThis.document }
     const headingId = `location-card-heading-${cardCount}`;
 
     const card = element(document, 'section', { testid: 'location-card', className: 'card location-card' });
+    card.setAttribute('data-live', 'true');
+    card.setAttribute('data-status', 'asking');
     card.setAttribute('role', 'region');
     card.setAttribute('aria-labelledby', headingId);
     const heading = element(document, 'h3', { text: 'Share your location?', className: 'card-title' });
@@ -58,6 +67,8 @@ export function createLocationCard({ container, document = globalThis.document }
     for (const part of [heading, text, actions, status]) card.appendChild(part);
 
     let answered = false;
+    let settled = false;
+    let dismiss = () => {};
     const answer = new Promise((resolve) => {
       const press = (choice, waitingText) => () => {
         if (answered) return;
@@ -66,17 +77,31 @@ export function createLocationCard({ container, document = globalThis.document }
         deny.disabled = true;
         actions.remove();
         status.textContent = waitingText;
+        card.setAttribute('data-status', choice === 'allow' ? 'locating' : 'DECLINED');
         resolve(choice);
       };
       allow.addEventListener('click', press('allow', 'Waiting for your browser…'));
       deny.addEventListener('click', press('deny', 'Location not shared.'));
+      dismiss = () => resolve('dismiss');
     });
 
-    container.appendChild(card);
+    (typeof container === 'function' ? container() : container).appendChild(card);
     return {
       answer,
       close(result) {
+        if (settled) return;
+        card.setAttribute('data-status', result.status);
         status.textContent = outcomeText(result);
+      },
+      settle() {
+        if (settled) return;
+        settled = true;
+        answered = true;
+        allow.disabled = true;
+        deny.disabled = true;
+        card.setAttribute('data-status', 'PENDING');
+        status.textContent = SETTLED_TEXT;
+        dismiss();
       },
     };
   };

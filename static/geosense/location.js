@@ -83,8 +83,10 @@ export const LOCATION_TOOL = clientToolDeclaration({
  * The page's own permission card, shown before the browser's prompt.
  * `answer` resolves once with the user's choice; `close(result)` is called once, with the
  * request's final result (GRANTED, DECLINED or UNAVAILABLE), after an `allow` answer settles
- * or right after a `deny`, so the card can show the outcome.
- * @typedef {{answer: Promise<'allow' | 'deny'>, close(result: LocationResult): void}} PermissionCard
+ * or right after a `deny`, so the card can show the outcome. `settle()` ends the card without
+ * the user (`answer` then resolves 'dismiss').
+ * @typedef {{answer: Promise<'allow' | 'deny' | 'dismiss'>, close(result: LocationResult): void,
+ *            settle?(): void}} PermissionCard
  * @typedef {() => PermissionCard} AskPermission
  */
 
@@ -113,7 +115,8 @@ function positionErrorResult(error) {
  * @param {(fn: () => void, ms: number) => unknown} [options.setTimeout]
  * @param {(id: unknown) => void} [options.clearTimeout]
  * @param {() => number} [options.now] ms since epoch, for a position without a timestamp
- * @returns {{get(): Promise<LocationResult>, readonly pendingRequest: Promise<LocationResult> | null}}
+ * @returns {{get(): Promise<LocationResult>, settle(): void,
+ *           readonly pendingRequest: Promise<LocationResult> | null}}
  */
 export function createLocationService({
   askPermission,
@@ -129,6 +132,8 @@ export function createLocationService({
 
   /** The one outstanding request (permission query, card, browser request); null when idle. */
   let inFlight = null;
+  /** The card of the outstanding request while it is on screen. */
+  let openCard = null;
 
   async function permissionState() {
     if (!navigator.permissions || typeof navigator.permissions.query !== 'function') {
@@ -160,10 +165,13 @@ export function createLocationService({
 
   async function askThenLocate() {
     const card = askPermission();
+    openCard = card;
     const choice = await card.answer;
+    if (choice === 'dismiss') return message('PENDING', MESSAGES.pending);
     const result = choice === 'allow'
       ? await currentPosition()
       : message('DECLINED', MESSAGES.notNow);
+    if (openCard === card) openCard = null;
     try {
       card.close(result);
     } catch {
@@ -211,8 +219,26 @@ export function createLocationService({
     }
   }
 
+  /**
+   * End the outstanding request without the user: its turn ended, or the reader switched
+   * conversation, so no call waits for its card any more. The card shows PENDING (what the
+   * model read) with its buttons disabled, a call still racing answers PENDING, and the next
+   * call starts afresh (a new card, or the browser's answer if permission was given meanwhile).
+   */
+  function settle() {
+    const card = openCard;
+    openCard = null;
+    inFlight = null;
+    try {
+      card?.settle?.();
+    } catch {
+      // A broken card must not keep the request open.
+    }
+  }
+
   return {
     get,
+    settle,
     get pendingRequest() {
       return inFlight;
     },

@@ -15,11 +15,17 @@ wireLayout({ main: document.querySelector('.chat-layout') });
 const map = createAnnotationMap(document.getElementById('map'));
 window.geosenseMap = map;
 
-// One location service per page: it survives session switches, so a request still open
-// (a card nobody answered yet) is joined, never doubled. Its card goes into the transcript
-// on screen when it is asked for.
+// One location service per page: a request still open (a card nobody answered yet) is joined,
+// never doubled. Its card goes into the running turn (the last) of the transcript on screen;
+// the request is settled when that turn ends or the reader switches conversation, so a card
+// never outlives the calls it answers.
+function runningTurn() {
+  const transcript = document.getElementById('transcript');
+  const turns = transcript.querySelectorAll(':scope > .turn');
+  return turns[turns.length - 1] || transcript;
+}
 const location = createLocationService({
-  askPermission: () => createLocationCard({ container: document.getElementById('transcript') })(),
+  askPermission: () => createLocationCard({ container: runningTurn })(),
 });
 const tools = pageClientTools({ map, location });
 
@@ -79,6 +85,7 @@ function mount(panel) {
         refreshSessionList();
         return;
       }
+      location.settle();
       if (untitled) {
         panel.dataset.sessionTitle = '-';
         refreshSessionList({ title: true });
@@ -120,6 +127,7 @@ document.body.addEventListener('htmx:afterSettle', () => {
   markNewAnswers();
   const swapped = document.getElementById('chat-panel');
   if (!swapped || swapped.dataset.mounted === 'true') return;
+  location.settle(); // its card left with the old panel; the server's card records the call
   mount(swapped);
   map.clearHighlight?.();
   socket.bind(swapped.dataset.sessionId || null);

@@ -1,11 +1,16 @@
 // The transcript as the server renders it. Every stored message is shown in the server's
 // HTML (templates/chat/turn.html, message.html), the same on first load, after a live turn
-// and after a reload; this module fetches a turn or a message again and swaps it in.
+// and after a reload; this module fetches a turn or a message again and swaps it in, keeping
+// what the page built live: the activity log and a location card still being answered.
 // The page opens with the latest turns; the marker above them (`.transcript-earlier`) loads
 // the page of turns before when it scrolls into view (or its button is pressed), keeping the
 // reader's place.
 
+import { mergeStoredLog } from './activity-log.js';
 import { fetchFragment } from './http.js';
+
+// The page's own location card (location-card.js) while it is on screen.
+const LIVE_CARD = '.location-card[data-live="true"]';
 
 /**
  * @param {{
@@ -48,14 +53,49 @@ export function createTranscript({ element, session, onState, onHighlight, keep,
     const old = turnElement(turn);
     const log = old.querySelector(':scope > .activity-log');
     const kept = keep(turn);
+    const liveCard = old.querySelector(LIVE_CARD) || (isLatest(turn) ? openCardElsewhere() : null);
     old.replaceWith(fresh);
-    if (log) {
-      const firstUser = fresh.querySelector(':scope > .message.user');
-      if (firstUser) firstUser.after(log);
-      else fresh.prepend(log);
-    }
+    if (log) keepLog(fresh, log);
+    if (liveCard) keepLocationCard(fresh, liveCard);
     if (kept) fresh.append(kept);
     arrived(fresh);
+  }
+
+  function isLatest(turn) {
+    return shownTurns().every((shown) => shown <= turn);
+  }
+
+  /**
+   * A card still asking that is not in its turn yet: the call's invoke (on the socket) may
+   * come before the turn's own element exists (its turn_start on the stream), so the card
+   * was put at the end of the transcript or of the turn before; the latest turn takes it.
+   */
+  function openCardElsewhere() {
+    return element.querySelector(`${LIVE_CARD}[data-status="asking"], ${LIVE_CARD}[data-status="locating"]`);
+  }
+
+  /** The live log stays, with the stored entries (which know the outcomes) merged in. */
+  function keepLog(fresh, log) {
+    const stored = fresh.querySelector(':scope > .activity-log');
+    if (stored) {
+      mergeStoredLog(log, stored);
+      stored.replaceWith(log);
+      return;
+    }
+    const firstUser = fresh.querySelector(':scope > .message.user');
+    if (firstUser) firstUser.after(log);
+    else fresh.prepend(log);
+  }
+
+  /**
+   * The page's own location card, live while its request runs, takes the place of the
+   * server's card of a call still waiting for it (where the call was made); a server card in
+   * its final state replaces it.
+   */
+  function keepLocationCard(fresh, liveCard) {
+    const stored = fresh.querySelector('.location-card');
+    if (!stored) fresh.append(liveCard);
+    else if (stored.dataset.status === 'waiting') stored.replaceWith(liveCard);
   }
 
   /** Swap in the server's rendering of one message (a card after its decision). */

@@ -116,7 +116,10 @@ def test_granted_answers_the_browser_coordinates(context_for, daphne_server, pag
     assert result["status"] == "GRANTED"
     assert (result["latitude"], result["longitude"], result["accuracy"]) == (52.52, 13.405, 25)
     assert isinstance(result["timestamp"], int | float)
-    assert location_cards(page).count() == 0
+    expect(location_cards(page).get_by_test_id("location-status")).to_have_text(
+        "Location shared (within about 25 m)."
+    )
+    assert location_cards(page).locator("button").count() == 0  # a record; nothing asked
     assert page.evaluate("window.geoCalls") == 1
     assert page_errors == []
 
@@ -152,7 +155,7 @@ def test_a_denied_origin_declines_at_once_without_a_card(context_for, daphne_ser
     (result,) = results(daphne_server, session_id)
     assert result["status"] == "DECLINED"
     assert "blocked" in result["message"]
-    assert location_cards(page).count() == 0
+    assert location_cards(page).locator("button").count() == 0  # a record; nothing asked
     assert page.evaluate("window.geoCalls") == 0
 
 
@@ -166,7 +169,7 @@ def test_a_browser_without_geolocation_is_unavailable(context_for, daphne_server
     (result,) = results(daphne_server, session_id)
     assert result["status"] == "UNAVAILABLE"
     assert "Do not retry" in result["message"]
-    assert location_cards(page).count() == 0
+    assert location_cards(page).locator("button").count() == 0  # a record; nothing asked
 
 
 def test_not_now_on_the_card_declines(context_for, daphne_server):
@@ -186,7 +189,7 @@ def test_not_now_on_the_card_declines(context_for, daphne_server):
     assert page.evaluate("window.geoCalls") == 0
 
 
-def test_an_unanswered_card_is_pending_then_allow_grants_the_next_call_without_a_second_card(
+def test_an_unanswered_card_is_pending_ends_with_its_turn_and_a_grant_answers_the_next_call(
     context_for, daphne_server
 ):
     context, page = chat_page(context_for, daphne_server)
@@ -203,12 +206,14 @@ def test_an_unanswered_card_is_pending_then_allow_grants_the_next_call_without_a
     browser_requests_while_pending = page.evaluate("window.geoCalls")
     screenshot(page, "location-pending")
 
+    # The turn ended: its card is final (what the model read), nothing more to press.
+    stale = location_cards(page)
+    expect(stale.get_by_test_id("location-status")).to_have_text(
+        "Answered: PENDING, no answer yet."
+    )
+    expect(stale.locator("button:enabled")).to_have_count(0)
     context.grant_permissions(["geolocation"], origin=daphne_server.url)
     context.set_geolocation(BERLIN)
-    location_cards(page).get_by_role("button", name="Allow").click()
-    expect(location_cards(page).get_by_test_id("location-status")).to_have_text(
-        "Location shared (within about 25 m)."
-    )
     ask(page, "where am I?")
 
     expect(last_answer(page)).to_contain_text("You are at about 52.5200° N, 13.4050° E")
@@ -223,9 +228,14 @@ def test_an_unanswered_card_is_pending_then_allow_grants_the_next_call_without_a
         52.52,
         13.405,
     )
-    assert location_cards(page).count() == 1
+    # One card per turn that asked; the granted call raised none to press.
+    expect(location_cards(page)).to_have_count(2)
+    expect(location_cards(page).last.get_by_test_id("location-status")).to_have_text(
+        "Location shared (within about 25 m)."
+    )
+    assert location_cards(page).locator("button").count() == 0
     assert every_call_answered_once(daphne_server, session_id)
-    assert page.evaluate("window.geoCalls") == 2
+    assert page.evaluate("window.geoCalls") == 1
 
 
 def test_two_calls_at_once_on_the_page_share_one_card_and_one_browser_request(
