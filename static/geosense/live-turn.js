@@ -73,6 +73,22 @@ function bubblePreview(article, url, document) {
 }
 
 /**
+ * The text written beside a call that paused the turn is shown with its card (the seed: such
+ * a message is shown as its card); its copy in the activity log goes, and an empty log too.
+ * Returns whether the log went.
+ */
+function forgetSaid(log, content) {
+  const said = (content || '').trim();
+  if (!said || !log) return false;
+  for (const item of log.querySelectorAll('li.activity-thinking')) {
+    if (item.textContent === said) item.remove();
+  }
+  if (countSteps(log) > 0) return false;
+  log.remove();
+  return true;
+}
+
+/**
  * @param {{
  *   transcript: ReturnType<import('./transcript.js').createTranscript>,
  *   session: () => string | null,         the open session (the preview renders there)
@@ -141,23 +157,6 @@ export function createLiveTurn({
     countSteps(details);
   }
 
-  /**
-   * The text written beside a call that paused the turn is shown with its card (the seed: such
-   * a message is shown as its card); its copy in the activity log goes, and an empty log too.
-   */
-  function forgetSaid(content) {
-    const said = (content || '').trim();
-    const log = live.log?.isConnected ? live.log : null;
-    if (!said || !log) return;
-    for (const item of log.querySelectorAll('li.activity-thinking')) {
-      if (item.textContent === said) item.remove();
-    }
-    if (countSteps(log) === 0) {
-      log.remove();
-      live.log = null;
-    }
-  }
-
   const handlers = {
     turn_start(data) {
       if (live.turn !== data.turn) {
@@ -197,7 +196,9 @@ export function createLiveTurn({
     },
     message(data) {
       removeBubbles();
-      if (data.pending_approval || data.pending_decision) forgetSaid(data.content);
+      if (data.pending_approval || data.pending_decision) {
+        if (forgetSaid(live.log?.isConnected ? live.log : null, data.content)) live.log = null;
+      }
       if (data.turn !== undefined) live.turn = data.turn;
       transcript.renderTurn(live.turn);
     },

@@ -13,6 +13,39 @@ import { fetchFragment } from './http.js';
 const LIVE_CARD = '.location-card[data-live="true"]';
 
 /**
+ * A card still asking that is not in its turn yet: the call's invoke (on the socket) may
+ * come before the turn's own element exists (its turn_start on the stream), so the card
+ * was put at the end of the transcript or of the turn before; the latest turn takes it.
+ */
+function openCardElsewhere(element) {
+  return element.querySelector(`${LIVE_CARD}[data-status="asking"], ${LIVE_CARD}[data-status="locating"]`);
+}
+
+/** The live log stays, with the stored entries (which know the outcomes) merged in. */
+function keepLog(fresh, log) {
+  const stored = fresh.querySelector(':scope > .activity-log');
+  if (stored) {
+    mergeStoredLog(log, stored);
+    stored.replaceWith(log);
+    return;
+  }
+  const firstUser = fresh.querySelector(':scope > .message.user');
+  if (firstUser) firstUser.after(log);
+  else fresh.prepend(log);
+}
+
+/**
+ * The page's own location card, live while its request runs, takes the place of the
+ * server's card of a call still waiting for it (where the call was made); a server card in
+ * its final state replaces it.
+ */
+function keepLocationCard(fresh, liveCard) {
+  const stored = fresh.querySelector('.location-card');
+  if (!stored) fresh.append(liveCard);
+  else if (stored.dataset.status === 'waiting') stored.replaceWith(liveCard);
+}
+
+/**
  * @param {{
  *   element: HTMLElement,                  the #transcript
  *   session: () => string | null,          the open chat session
@@ -53,7 +86,7 @@ export function createTranscript({ element, session, onState, onHighlight, keep,
     const old = turnElement(turn);
     const log = old.querySelector(':scope > .activity-log');
     const kept = keep(turn);
-    const liveCard = old.querySelector(LIVE_CARD) || (isLatest(turn) ? openCardElsewhere() : null);
+    const liveCard = old.querySelector(LIVE_CARD) || (isLatest(turn) ? openCardElsewhere(element) : null);
     old.replaceWith(fresh);
     if (log) keepLog(fresh, log);
     if (liveCard) keepLocationCard(fresh, liveCard);
@@ -63,39 +96,6 @@ export function createTranscript({ element, session, onState, onHighlight, keep,
 
   function isLatest(turn) {
     return shownTurns().every((shown) => shown <= turn);
-  }
-
-  /**
-   * A card still asking that is not in its turn yet: the call's invoke (on the socket) may
-   * come before the turn's own element exists (its turn_start on the stream), so the card
-   * was put at the end of the transcript or of the turn before; the latest turn takes it.
-   */
-  function openCardElsewhere() {
-    return element.querySelector(`${LIVE_CARD}[data-status="asking"], ${LIVE_CARD}[data-status="locating"]`);
-  }
-
-  /** The live log stays, with the stored entries (which know the outcomes) merged in. */
-  function keepLog(fresh, log) {
-    const stored = fresh.querySelector(':scope > .activity-log');
-    if (stored) {
-      mergeStoredLog(log, stored);
-      stored.replaceWith(log);
-      return;
-    }
-    const firstUser = fresh.querySelector(':scope > .message.user');
-    if (firstUser) firstUser.after(log);
-    else fresh.prepend(log);
-  }
-
-  /**
-   * The page's own location card, live while its request runs, takes the place of the
-   * server's card of a call still waiting for it (where the call was made); a server card in
-   * its final state replaces it.
-   */
-  function keepLocationCard(fresh, liveCard) {
-    const stored = fresh.querySelector('.location-card');
-    if (!stored) fresh.append(liveCard);
-    else if (stored.dataset.status === 'waiting') stored.replaceWith(liveCard);
   }
 
   /** Swap in the server's rendering of one message (a card after its decision). */
