@@ -7,6 +7,8 @@ from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html
 
+from geosense.readonly_admin import ReadOnlyAdmin
+
 from .models import (
     Approval,
     Artifact,
@@ -115,7 +117,7 @@ class ChatSessionAdmin(TokenTotals, admin.ModelAdmin):
 
 
 @admin.register(UserModelUsage)
-class UserModelUsageAdmin(TokenTotals, admin.ModelAdmin):
+class UserModelUsageAdmin(TokenTotals, ReadOnlyAdmin):
     list_display = ("username", "turns", "prompt_tokens", "completion_tokens", "token_credits")
     search_fields = ("username",)
     fields = ("username",)
@@ -128,15 +130,6 @@ class UserModelUsageAdmin(TokenTotals, admin.ModelAdmin):
     @admin.display(description="turns with usage", ordering="turn_total")
     def turns(self, obj) -> int:
         return obj.turn_total
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(TurnUsage)

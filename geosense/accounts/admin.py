@@ -2,6 +2,8 @@
 
 from django.contrib import admin
 
+from geosense.readonly_admin import ReadOnlyAdmin
+
 from .models import ApiToken, CreditAccount, CreditCharge
 
 
@@ -14,7 +16,7 @@ class CreditAccountAdmin(admin.ModelAdmin):
 
 
 @admin.register(CreditCharge)
-class CreditChargeAdmin(admin.ModelAdmin):
+class CreditChargeAdmin(ReadOnlyAdmin):
     """The ledger is append-only: entries are written with their charge, never edited."""
 
     list_display = ["created", "user", "amount", "tool_name", "tool_call_id", "session_id"]
@@ -22,15 +24,6 @@ class CreditChargeAdmin(admin.ModelAdmin):
     search_fields = ["user__username", "tool_call_id", "session_id"]
     list_select_related = ["user"]
     date_hierarchy = "created"
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(ApiToken)
