@@ -45,8 +45,10 @@ def test_the_chat_page_runs_under_its_csp_without_a_violation(browser, daphne_se
         expect(page.locator("#chat-panel")).to_have_attribute("data-session-id", "")
         page.get_by_label("Your message").fill("how many trees are there?")
         page.get_by_role("button", name="Send").click()
+        # A new conversation's first message may wait up to BIND_WAIT_MS (5 s, socket.js) for
+        # the socket to bind the session it creates: the answer gets that and the turn's time.
         expect(page.locator(".message.assistant[data-message-id]").last).to_contain_text(
-            "There are"
+            "There are", timeout=15_000
         )
         _until(page, "() => window.geosenseMap && window.geosenseMap.ready === true")
         page.wait_for_timeout(500)
