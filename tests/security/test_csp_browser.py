@@ -22,7 +22,12 @@ def _until(page, expression: str, seconds: float = 20) -> None:
     raise AssertionError(f"not true within {seconds} s: {expression}")
 
 
-def test_the_chat_page_runs_under_its_csp_without_a_violation(browser, daphne_server):
+def test_the_chat_page_runs_under_its_csp_without_a_violation(browser, daphne_server_factory):
+    # A server of its own (the default setting spelled out makes it distinct): run last in the
+    # whole suite on the shared server, after every other walk's sessions, the first message
+    # of a new conversation was not answered within 15 s (twice in CI runs on 1 December 2026;
+    # never with the walks before it run alone). Left open in the closing note of that stop.
+    daphne_server = daphne_server_factory({"GEOSENSE_CLIENT_TOOL_TIMEOUT": "30"})
     context = browser.new_context(base_url=daphne_server.url, bypass_csp=False)
     violations: list[str] = []
     context.add_init_script(
