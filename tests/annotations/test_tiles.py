@@ -253,3 +253,74 @@ def test_the_demo_draws_its_blocks_parks_and_lots_as_a_base_layer(logged_in, nei
     far = base(13, -118.5214, 34.1566)
     assert "lot" not in far and {"block", "park"} <= set(far)
     assert base(10, -118.5214, 34.1566) == []
+
+
+def test_a_tile_served_again_reuses_its_etag_until_a_write(logged_in, monkeypatch):
+    """A low-zoom tile's tag digests every id it holds: asked again at the same revision it is
+    neither selected nor digested again; a deletion still gives it a new tag."""
+    here = annotation_create(category="house", geometry=rectangle(-118.52, 34.15, 12, 10))
+    annotation_create(category="house", geometry=rectangle(-118.521, 34.151, 12, 10))
+    x, y = tile_of(-118.52, 34.15, 10)
+    url = f"/tiles/annotations/10/{x}/{y}.mvt"
+    first = logged_in.get(url)
+    selected = []
+    real_select = tiles._select
+    monkeypatch.setattr(tiles, "_select", lambda *a: selected.append(a) or real_select(*a))
+
+    again = logged_in.get(url)
+    revalidated = logged_in.get(url, headers={"If-None-Match": first["ETag"]})
+    assert (again["ETag"], revalidated.status_code, selected) == (first["ETag"], 304, [])
+    assert again.content == first.content
+
+    annotations_soft_delete(ids=[here.pk])
+    after = logged_in.get(url)
+    assert after["ETag"] != first["ETag"]
+    assert len(decoded(after)) == 1
+    assert selected  # the new revision was selected afresh
+
+
+def test_the_tileset_json_follows_a_deletion(logged_in):
+    here = annotation_create(category="house", geometry=rectangle(-118.52, 34.15, 12, 10))
+    annotation_create(category="tree", geometry=point(-118.40, 34.15))
+    first = logged_in.get("/tiles/annotations.json").json()
+    annotations_soft_delete(ids=[here.pk])
+    second = logged_in.get("/tiles/annotations.json").json()
+    assert (first["counts"], second["counts"]) == ({"house": 1, "tree": 1}, {"tree": 1})
+    assert first["revision"] != second["revision"]
+
+
+def test_the_initial_tiles_cover_the_data_at_the_zooms_a_fitted_map_asks_first():
+    bounds = (-118.6652588, 34.1154609, -118.3803799, 34.1968252)  # the million's extent
+    found = tiles.initial_tiles(bounds)
+    zooms = sorted({z for z, _, _ in found})
+    assert len(zooms) == tiles.WARM_ZOOMS
+    assert zooms == list(range(zooms[0], zooms[0] + tiles.WARM_ZOOMS))
+    west, south, east, north = tiles.mercator(np.array([bounds[:2], bounds[2:]])).ravel()
+    for z in zooms:
+        covering = [(x, y) for zz, x, y in found if zz == z]
+        assert 0 < len(covering) <= tiles.WARM_TILES
+        for corner in ((west, south), (east, north), (west, north), (east, south)):
+            assert any(
+                tile_bounds(z, x, y)[0] <= corner[0] <= tile_bounds(z, x, y)[2]
+                and tile_bounds(z, x, y)[1] <= corner[1] <= tile_bounds(z, x, y)[3]
+                for x, y in covering
+            )
+    # One zoom further in would take more than WARM_TILES tiles.
+    top = zooms[-1] + 1
+    (x0, y0), (x1, y1) = tile_of(*bounds[:2], top), tile_of(*bounds[2:], top)
+    assert (abs(x1 - x0) + 1) * (abs(y1 - y0) + 1) > tiles.WARM_TILES
+
+
+def test_tiles_warm_draws_the_initial_tiles_before_anyone_asks(logged_in, monkeypatch):
+    annotation_create(category="house", geometry=rectangle(-118.52, 34.15, 12, 10))
+    annotation_create(category="tree", geometry=point(-118.50, 34.16))
+    monkeypatch.setattr(tiles, "_backend", None)
+    tiles.tiles_warm(spatial_index())
+    bounds = logged_in.get("/tiles/annotations.json").json()["bounds"]
+
+    def no_drawing(*args):
+        raise AssertionError("a warmed tile was drawn again")
+
+    monkeypatch.setattr(tiles, "_render", no_drawing)
+    for z, x, y in tiles.initial_tiles(tuple(bounds)):
+        assert logged_in.get(f"/tiles/annotations/{z}/{x}/{y}.mvt").status_code == 200
