@@ -22,6 +22,8 @@ import { createTurnSender } from './turn-stream.js';
  *   map: object,                 window.geosenseMap (map.js)
  *   tools: Array & {applyOneWay(name: string, args: object): boolean},
  *   onSessionCreated?: (id: string) => Promise<void> | void,  resolves once the socket is bound
+ *   onSend?: () => void,         the reader sends or resumes in this panel (page.js: a panel
+ *     swap asked for before it is not done, panel-swaps.js)
  *   onTurnEnd?: (ended: {session: string | null, untitled: boolean}) => void,  a turn this
  *     panel showed ended (`untitled`: the session had no title yet, so it may have one now)
  *   document?: Document,
@@ -32,6 +34,7 @@ export function createChat({
   map,
   tools,
   onSessionCreated = () => {},
+  onSend = () => {},
   onTurnEnd = () => {},
   document = globalThis.document,
 }) {
@@ -80,7 +83,7 @@ export function createChat({
     transcript.element.setAttribute('aria-busy', value ? 'true' : 'false');
   }
 
-  const { send, resume } = createTurnSender({
+  const sender = createTurnSender({
     session,
     ownTurns,
     show: liveTurn.show,
@@ -90,6 +93,14 @@ export function createChat({
     setBusy,
     document,
   });
+  const send = (text, options) => {
+    onSend();
+    return sender.send(text, options);
+  };
+  const resume = (payload, options) => {
+    onSend();
+    return sender.resume(payload, options);
+  };
 
   /** @type {import('./actions.js').Chat} */
   const actions = {

@@ -8,6 +8,7 @@ import { wireLayout } from './layout.js';
 import { createLocationService } from './location.js';
 import { createAnnotationMap } from './map.js';
 import { pageClientTools } from './page-tools.js';
+import { guardPanelSwaps } from './panel-swaps.js';
 import { groupSessionList } from './sessions-list.js';
 import { SOCKET_STATES, createSessionSocket } from './socket.js';
 
@@ -30,6 +31,7 @@ const location = createLocationService({
 const tools = pageClientTools({ map, location });
 
 const badge = document.getElementById('connection-state');
+const panelSwaps = guardPanelSwaps({ body: document.body });
 let chat = null;
 
 function showState(state) {
@@ -77,7 +79,10 @@ function mount(panel) {
     panel,
     map,
     tools,
-    onSessionCreated: (id) => socket.bind(id),
+    // A panel swapped away while its first message was being saved does not take the socket
+    // back from the conversation on screen: its turn runs on, and ends as a new-answer dot.
+    onSessionCreated: (id) => (chat === mounted ? socket.bind(id) : undefined),
+    onSend: () => chat === mounted && panelSwaps.acted(),
     onTurnEnd: ({ session, untitled }) => {
       if (chat !== mounted) {
         // A conversation the reader left: mark it, keep the header and the selection.

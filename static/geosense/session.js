@@ -35,7 +35,9 @@ export function createSessionState({ panel, notice, onCreated = () => {}, docume
     if (!response.ok) throw new Error(await errorText(response));
     id = (await response.json()).id;
     panel.dataset.sessionId = id;
-    history.replaceState(null, '', `/chat/${id}/`);
+    // A panel swapped away meanwhile (the reader opened another conversation) keeps the
+    // address of the one on screen.
+    if (panel.isConnected) history.replaceState(null, '', `/chat/${id}/`);
     await onCreated(id); // the socket is bound and the tools registered before the first turn
     return id;
   }
