@@ -10,6 +10,7 @@ in it is stored, shown and re-fed the same way everywhere instead of failing on 
 import json
 from typing import Any
 
+import orjson
 from django.db import models
 
 NUL = "\x00"
@@ -37,6 +38,31 @@ class NulFreeCharField(models.CharField):
         return nul_free(super().get_prep_value(value))
 
 
+# What orjson would write differently from `json.dumps` (datetimes, dataclasses, str subclasses
+# such as choices, numpy arrays) it hands back as unsupported: those values, int keys and
+# integers over 64 bits go through `json.dumps` as before.
+_ORJSON_STRICT = (
+    orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
+def json_text(value: Any, encoder: type[json.JSONEncoder] | None = None) -> str:
+    """`value` as JSON text, as `json.dumps` reads it back, in C where it can be.
+
+    orjson writes a tool's answer of 400,000 pairs (four columns, 10 MB) in ~30 ms where
+    `json.dumps` takes ~230 ms. It writes non-ASCII as UTF-8 rather than escapes, without
+    spaces, and NaN or infinity as null (PostgreSQL's jsonb refuses them anyway).
+    """
+    if encoder is None:
+        try:
+            return orjson.dumps(value, option=_ORJSON_STRICT).decode()
+        except orjson.JSONEncodeError:
+            pass
+    return json.dumps(value, cls=encoder)
+
+
 class NulFreeJSONField(models.JSONField):
     def get_prep_value(self, value: Any) -> Any:
         value = super().get_prep_value(value)
@@ -44,6 +70,21 @@ class NulFreeJSONField(models.JSONField):
             return value
         # Serialising in C finds a NUL far faster than walking a large value in Python; only a
         # value that has one (or a literal backslash-u0000) is walked.
-        if "\\u0000" not in json.dumps(value, cls=self.encoder):
+        if "\\u0000" not in json_text(value, self.encoder):
             return value
         return nul_free(value)
+
+    def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
+        """A dict or list being saved is serialised once, the text both checked for NUL and
+        stored (Django's own path serialises it again after the check)."""
+        if prepared or not isinstance(value, dict | list):
+            return super().get_db_prep_value(value, connection, prepared)
+        text = json_text(value, self.encoder)
+        if "\\u0000" in text:
+            value = nul_free(value)
+            text = json_text(value, self.encoder)
+        if connection.vendor == "postgresql":
+            from django.db.backends.postgresql.psycopg_any import Jsonb
+
+            return Jsonb(value, dumps=lambda _value: text)
+        return text

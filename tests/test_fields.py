@@ -1,9 +1,12 @@
 """The NUL-free model fields: what PostgreSQL refuses is stored the same way on every database."""
 
+import datetime
+import json
+
 import pytest
 
 from chat.models import Artifact, ChatSession, Message
-from geosense.fields import NulFreeJSONField, nul_free
+from geosense.fields import NulFreeJSONField, json_text, nul_free
 
 
 def test_nul_is_replaced_in_strings_keys_and_nested_values():
@@ -35,3 +38,48 @@ def test_a_message_and_an_artifact_with_nul_are_stored_with_the_replacement_char
     message.refresh_from_db()
     assert (message.content, message.tool_calls) == ("updated\ufffd", [{"id": "c\ufffd"}])
     assert Artifact.objects.get().data == {"k\ufffd": "v\ufffd"}
+
+
+def test_json_text_reads_back_as_json_dumps_would_write_it():
+    from enum import Enum
+
+    class Colour(str, Enum):  # a str subclass, as model choices are: orjson hands it back
+        RED = "red"
+
+    values = [
+        {"ids": list(range(50)), "values": [0.1, 12.35, 1e16, -0.0], "text": "Zürich ✓ \u2028"},
+        {1: "int keys", "nested": [{"a": None, "b": True}]},
+        [2**70, "big integers"],
+        {"choice": Colour.RED, "tuple": (1, 2)},
+        "a\\u0000 literally",
+    ]
+    for value in values:
+        assert json.loads(json_text(value)) == json.loads(json.dumps(value))
+
+
+def test_json_text_refuses_what_json_dumps_refuses():
+    with pytest.raises(TypeError):
+        json_text({"when": datetime.datetime(2026, 12, 1)})
+
+
+@pytest.mark.django_db
+def test_an_artifact_is_stored_as_json_text_once_and_nan_as_null(django_user_model, monkeypatch):
+    """A large artifact (a tool's 400,000 pairs) is serialised once on save, not once for the
+    NUL check and again for the database; NaN, which PostgreSQL's jsonb refuses, is null."""
+    from geosense import fields
+
+    calls = []
+    real = fields.json_text
+    monkeypatch.setattr(fields, "json_text", lambda *a, **k: calls.append(1) or real(*a, **k))
+    session = ChatSession.objects.create(user=django_user_model.objects.create(username="u"))
+    data = {"ids": [3, 1, 2], "linkValues": [0.5, float("nan")], "label": "Zürich"}
+    Artifact.objects.create(
+        session=session, artifact_id="x", kind="highlight", data=data, origin="t"
+    )
+
+    assert len(calls) == 1
+    assert Artifact.objects.get().data == {
+        "ids": [3, 1, 2],
+        "linkValues": [0.5, None],
+        "label": "Zürich",
+    }
