@@ -41,9 +41,9 @@ def test_a_message_and_an_artifact_with_nul_are_stored_with_the_replacement_char
 
 
 def test_json_text_reads_back_as_json_dumps_would_write_it():
-    from enum import Enum
+    from enum import StrEnum
 
-    class Colour(str, Enum):  # a str subclass, as model choices are: orjson hands it back
+    class Colour(StrEnum):  # a str subclass, as model choices are: orjson hands it back
         RED = "red"
 
     values = [
