@@ -38,7 +38,10 @@ process_start()
 # the life of the process, past CONN_MAX_AGE = 0.
 connections.close_all()
 
-if settings.GEOSENSE_INDEX_WARM:
+from geosense.annotations.spatial import spatial_backend  # noqa: E402
+
+# With PostGIS no process builds the index: the database answers (annotations/spatial.py).
+if settings.GEOSENSE_INDEX_WARM and spatial_backend() == "index":
     from geosense.annotations.index import spatial_index_warm
     from geosense.annotations.tiles import tiles_warm
 

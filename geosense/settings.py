@@ -297,6 +297,12 @@ GEOSENSE_CLIENT_TOOL_TIMEOUT = float(os.environ.get("GEOSENSE_CLIENT_TOOL_TIMEOU
 # so that the first question or map after a start does not wait for it (geosense/annotations/
 # index.py); off: on first use.
 GEOSENSE_INDEX_WARM = _env_bool("GEOSENSE_INDEX_WARM", default=True)
+# What answers within-distance, overlap, nearest, similarity and class counts: "auto" (PostGIS on
+# PostgreSQL, the in-process index elsewhere), "index" or "postgis" (geosense/annotations/
+# spatial.py). With PostGIS no process builds the index, so GEOSENSE_INDEX_WARM does nothing.
+GEOSENSE_SPATIAL_BACKEND = os.environ.get("GEOSENSE_SPATIAL_BACKEND", "auto").strip() or "auto"
+if GEOSENSE_SPATIAL_BACKEND not in {"auto", "index", "postgis"}:
+    raise ImproperlyConfigured("GEOSENSE_SPATIAL_BACKEND must be auto, index or postgis.")
 # Threads (and so database connections) the turn engine's ORM work shares in one process, however
 # many turns run (geosense/dbpool.py). SQLite takes one writer at a time: one thread, which never
 # waits for the file's lock; PostgreSQL: a few.

@@ -1,9 +1,11 @@
 """Reads over live annotations: counts, lists, spatial relations, measures, similarity.
 
-Spatial relations run on the in-process index (`index.py`). Every distance they report is
-geodesic within 0.01 %: the index's equidistant plane where its distortion bound allows,
-pyproj's Geod between the nearest points elsewhere. Shares are ratios of measures in that
-plane (its distortion cancels out in a ratio).
+Spatial relations, counts and similarity run on the in-process index (`index.py`), or in
+PostGIS when the database is PostgreSQL (`postgis.py`; `spatial.py` decides, and each selector
+below that the index would answer hands over first: same answers, no copy of the dataset).
+Every distance the index reports is geodesic within 0.01 %: its equidistant plane where its
+distortion bound allows, pyproj's Geod between the nearest points elsewhere. Shares are ratios
+of measures in that plane (its distortion cancels out in a ratio).
 """
 
 from collections.abc import Sequence
@@ -15,10 +17,12 @@ from django.db.models import Count, Q, QuerySet, TextField
 from django.db.models.functions import Cast
 from shapely.geometry import shape
 
+from . import postgis
 from .classes import class_match
 from .geometry import GEOD
 from .index import ClassIndex, SpatialIndex, nearest_within, spatial_index
 from .models import Annotation, AnnotationRevision
+from .spatial import spatial_backend
 from .types import (
     DEFAULT_VECTOR,
     AnnotationMeasures,
@@ -57,6 +61,8 @@ def annotation_counts(*, bbox: BBox | None = None) -> dict[str, int]:
     """Live annotations per class: over everything, from the index (kept per revision: every
     turn's system prompt asks); within a bbox, counted by the database."""
     if bbox is None:
+        if spatial_backend() == "postgis":
+            return postgis.annotation_overview()[0]
         return spatial_index().counts()
     rows = _in_bbox(Annotation.objects.all(), bbox).values("category").annotate(n=Count("id"))
     return {row["category"]: row["n"] for row in rows.order_by("category")}
@@ -78,6 +84,9 @@ def annotation_overview() -> DatasetOverview:
     """Live annotations per class and each class's shape (from the spatial index; the shapes
     are worked out once per index)."""
     global _shapes_cache
+    if spatial_backend() == "postgis":
+        counts, shapes = postgis.annotation_overview()
+        return DatasetOverview(counts=counts, shapes=shapes)
     index = spatial_index()
     cached = _shapes_cache
     if cached is not None and cached[:2] == (id(index), index.revision):
@@ -101,6 +110,8 @@ def annotation_overview() -> DatasetOverview:
 def annotations_missing(*, ids: Sequence[int]) -> tuple[list[int], list[int]]:
     """(deleted, unknown) among ids: the soft-deleted ones and those no annotation ever had,
     each sorted; both empty when every id is live. From the index (no row is read)."""
+    if spatial_backend() == "postgis":
+        return postgis.annotations_missing(ids=ids)
     index = spatial_index()
     wanted = np.unique(np.asarray(list(ids), dtype=np.int64))
     live = np.zeros(len(wanted), dtype=bool)
@@ -114,6 +125,8 @@ def annotations_missing(*, ids: Sequence[int]) -> tuple[list[int], list[int]]:
 def annotation_areas(*, ids: Sequence[int] | np.ndarray) -> np.ndarray:
     """The geodesic area of each of ids (0 for one not live), for attributes of large answers:
     read from the index, which keeps every annotation's measures (an answer may name 400,000)."""
+    if spatial_backend() == "postgis":
+        return postgis.annotation_areas(ids=np.asarray(ids, dtype=np.int64))
     return spatial_index().areas_of(np.asarray(ids, dtype=np.int64))
 
 
@@ -244,6 +257,10 @@ def annotations_within_distance(
 
     bbox limits the sources; their targets may lie outside it. Sorted by distance, then id.
     """
+    if spatial_backend() == "postgis":
+        return postgis.annotations_within_distance(
+            source=source, target=target, distance_m=distance_m, bbox=bbox
+        )
     index = spatial_index()
     sources, targets = index.classes.get(source), index.classes.get(target)
     if sources is None or targets is None or distance_m < 0:
@@ -267,6 +284,8 @@ def annotations_overlapping(
     The share is the part of the source inside the target: by area for polygons, by length
     for lines, 1 for a point inside. Sorted by share (largest first), then id.
     """
+    if spatial_backend() == "postgis":
+        return postgis.annotations_overlapping(source=source, target=target, bbox=bbox)
     index = spatial_index()
     sources, targets = index.classes.get(source), index.classes.get(target)
     if sources is None or targets is None:
@@ -310,6 +329,8 @@ def annotations_nearest(
     *, lat: float, lon: float, category: str | None = None, k: int = 5
 ) -> list[NearestHit]:
     """The k live annotations nearest to a point (geodesic metres to their nearest point)."""
+    if spatial_backend() == "postgis":
+        return postgis.annotations_nearest(lat=lat, lon=lon, category=category, k=k)
     index = spatial_index()
     if k <= 0:
         return []
@@ -406,7 +427,7 @@ def annotations_similar(
             raise VectorNotFound(f"annotation {sample_id} has no {vector_name!r} vector")
         wanted.append((vector_name, np.asarray(vector, dtype=float)))
     category = category or rows[sample_ids[0]][0]
-    class_index = spatial_index().classes.get(category)
+    class_index = _class_vectors(category)
     if class_index is None or k <= 0:
         return []
     total = np.zeros(len(class_index.ids))
@@ -420,8 +441,19 @@ def annotations_similar(
     return _top_hits(class_index, positions, total[positions] / len(wanted), k=k)
 
 
+def _class_vectors(category: str) -> ClassIndex | postgis.ClassVectors | None:
+    """A class's ids and vectors: the index's, or on PostGIS read for this query alone."""
+    if spatial_backend() == "postgis":
+        return postgis.ClassVectors.read(category)
+    return spatial_index().classes.get(category)
+
+
 def _top_hits(
-    class_index: ClassIndex, positions: np.ndarray, scores: np.ndarray, *, k: int
+    class_index: ClassIndex | postgis.ClassVectors,
+    positions: np.ndarray,
+    scores: np.ndarray,
+    *,
+    k: int,
 ) -> list[SimilarHit]:
     """The k best-scored positions of a class as hits, best first (ties: the lower id)."""
     if len(positions) > k:
@@ -442,7 +474,7 @@ def annotations_typical(*, category: str, k: int, vector: str = DEFAULT_VECTOR) 
     """The k annotations most like their class as a whole: the highest mean cosine similarity
     to the class's members (vectors standardised per component, as `annotations_similar`
     compares them). What a find-similar block with a hint and no samples searches."""
-    class_index = spatial_index().classes.get(category)
+    class_index = _class_vectors(category)
     if class_index is None or k <= 0:
         return []
     sizes = {

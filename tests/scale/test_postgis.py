@@ -141,3 +141,116 @@ def test_the_migration_reverses_and_backfills_again(spatial_db):
         (DEMO_ANNOTATIONS, DEMO_ANNOTATIONS)
     ]
     assert geom_mismatches(spatial_db) == 0
+
+
+# --- the same tool calls through PostGIS and through the embedded index ----------------------
+
+PARITY = """
+import json
+from django.db import connection
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+from geosense.annotations import demo, index, selectors, services
+from geosense.annotations.spatial import spatial_backend
+from tools.builtin import nearest_annotations, spatial_relation
+from tools.registry import ToolContext
+
+LAT, LON = demo.PLACE_LAT + 0.001, demo.PLACE_LON - 0.002
+
+
+def tool(handler, arguments):
+    saved = {}
+    context = ToolContext(artifact_save=lambda **kw: saved.update(kw["data"]) or "a1")
+    result = handler(context, arguments)
+    return saved or result
+
+
+def calls():
+    within = selectors.annotations_within_distance(source="tree", target="house", distance_m=20)
+    return {
+        "within": tool(spatial_relation, {"relation": "within_distance", "source": "trees",
+                                          "target": "house", "distance_m": 20}),
+        "within_metres": dict(zip(within.source_ids.tolist(), within.distances_m.tolist())),
+        "overlap": tool(spatial_relation, {"relation": "overlap", "source": "solar_panel",
+                                           "target": "house"}),
+        "overlap_shares": {p.source_id: p.share for p in selectors.annotations_overlapping(
+            source="solar_panel", target="house")},
+        "nearest": tool(nearest_annotations, {"lat": LAT, "lon": LON, "k": 10}),
+        "nearest_metres": [[h.id, h.distance_m] for h in selectors.annotations_nearest(
+            lat=LAT, lon=LON, category="pool", k=5)],
+    }
+
+
+def both():
+    with override_settings(GEOSENSE_SPATIAL_BACKEND="auto"):
+        backend = spatial_backend()
+        held = index.spatial_index_cached()
+        with CaptureQueriesContext(connection) as queries:
+            postgis = calls()
+        # Any use of the index after a write builds or catches up a new one.
+        built = index.spatial_index_cached() is not held
+    sql = " ".join(q["sql"] for q in queries.captured_queries)
+    with override_settings(GEOSENSE_SPATIAL_BACKEND="index"):
+        embedded = calls()
+    used = {name: name in sql for name in ("ST_DWithin", "ST_Intersects", "<->")}
+    return {"backend": backend, "index_built": built, "sql": used,
+            "postgis": postgis, "embedded": embedded}
+
+
+before = both()
+gone = sorted(set(before["postgis"]["within"]["links"][:5]) | {before["postgis"]["nearest"]["nearest"][0]["id"]})
+services.annotations_soft_delete(ids=gone)
+after = both()
+print(json.dumps({"before": before, "after": after, "deleted": gone}))
+"""
+
+
+def close(a: float, b: float) -> bool:
+    return abs(a - b) <= 0.001 * max(abs(a), abs(b)) + 1e-9
+
+
+def pairs(artifact: dict) -> dict[int, tuple[int, float]]:
+    return {
+        i: (link, value)
+        for i, link, value in zip(
+            *(artifact[k] for k in ("ids", "links", "linkValues")), strict=True
+        )
+    }
+
+
+def assert_same_answers(run: dict) -> None:
+    """PostGIS answered (its operators ran, the index was not used) and agrees with the index."""
+    assert run["backend"] == "postgis" and not run["index_built"]
+    assert run["sql"] == {"ST_DWithin": True, "ST_Intersects": True, "<->": True}
+    postgis, embedded = run["postgis"], run["embedded"]
+    for relation in ("within", "overlap"):
+        ours, theirs = pairs(postgis[relation]), pairs(embedded[relation])
+        assert len(ours) > 10 and ours.keys() == theirs.keys(), relation
+        assert {i: link for i, (link, _) in ours.items()} == {
+            i: link for i, (link, _) in theirs.items()
+        }, relation
+        assert sorted(postgis[relation]["areas"]) == sorted(embedded[relation]["areas"])
+    for key in ("within_metres", "overlap_shares"):
+        assert postgis[key].keys() == embedded[key].keys()
+        assert all(close(postgis[key][i], embedded[key][i]) for i in postgis[key]), key
+    ours, theirs = postgis["nearest"]["nearest"], embedded["nearest"]["nearest"]
+    assert [(h["id"], h["class"]) for h in ours] == [(h["id"], h["class"]) for h in theirs]
+    assert [h[0] for h in postgis["nearest_metres"]] == [h[0] for h in embedded["nearest_metres"]]
+    assert all(
+        close(a[1], b[1])
+        for a, b in zip(postgis["nearest_metres"], embedded["nearest_metres"], strict=True)
+    )
+
+
+def test_postgis_and_the_embedded_index_give_the_same_answers_before_and_after_a_deletion(
+    spatial_db,
+):
+    out = json.loads(spatial_db.shell(PARITY).strip().splitlines()[-1])
+    assert_same_answers(out["before"])
+    assert_same_answers(out["after"])
+    deleted = set(out["deleted"])
+    for backend in ("postgis", "embedded"):
+        after = out["after"][backend]
+        assert not deleted & set(after["within"]["ids"] + after["within"]["links"])
+        assert not deleted & {h["id"] for h in after["nearest"]["nearest"]}
+    assert pairs(out["after"]["postgis"]["within"]) != pairs(out["before"]["postgis"]["within"])
