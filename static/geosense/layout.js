@@ -45,7 +45,12 @@ export function wireLayout({ main, document = globalThis.document }) {
 
   toggle?.addEventListener('click', () => setDrawer(main.dataset.drawer !== 'open'));
   document.addEventListener('keydown', (event) => {
-    if (event.key === 'Escape' && main.dataset.drawer === 'open') setDrawer(false);
+    if (main.dataset.drawer !== 'open') return;
+    if (event.key === 'Escape') setDrawer(false);
+    // An open drawer covers the page: Tab and Shift+Tab go round its own controls (only
+    // where it is a drawer: on a desktop the list is a column of the page).
+    const isDrawer = toggle?.getClientRects().length > 0;
+    if (event.key === 'Tab' && isDrawer) keepFocusIn(document.getElementById('sessions'), event, document);
   });
   main.addEventListener('click', (event) => {
     const target = event.target;
@@ -67,4 +72,28 @@ export function wireLayout({ main, document = globalThis.document }) {
   setView(main.dataset.view || 'chat');
   setDrawer(false);
   return { setView, setDrawer };
+}
+
+const FOCUSABLE = 'a[href], button:not([disabled]), input:not([disabled]), [tabindex]:not([tabindex="-1"])';
+
+/** Tab from the drawer's last control goes to its first, Shift+Tab from its first to its last;
+ * focus outside the drawer comes back into it. The drawer is swapped by htmx (the list's
+ * refresh), so its controls are read at each press. */
+function keepFocusIn(container, event, document) {
+  if (!container) return;
+  const controls = [...container.querySelectorAll(FOCUSABLE)].filter(
+    (element) => element.getClientRects().length > 0,
+  );
+  if (!controls.length) return;
+  const first = controls[0];
+  const last = controls[controls.length - 1];
+  const active = document.activeElement;
+  let next = null;
+  if (!container.contains(active)) next = event.shiftKey ? last : first;
+  else if (event.shiftKey && active === first) next = last;
+  else if (!event.shiftKey && active === last) next = first;
+  if (next) {
+    event.preventDefault();
+    next.focus();
+  }
 }

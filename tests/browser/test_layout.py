@@ -156,3 +156,37 @@ def test_on_a_phone_a_highlight_that_arrives_marks_the_map_switch(
     map_switch.click()
     expect(page.locator("#map")).to_be_visible()
     expect(map_switch).not_to_have_attribute("data-news", "true")
+
+
+def focused_in_drawer(page) -> bool:
+    return page.evaluate("document.getElementById('sessions').contains(document.activeElement)")
+
+
+def test_on_a_phone_the_open_drawer_keeps_the_keyboard_focus(browser, daphne_server, context_for):
+    page = log_in(context_for(daphne_server, viewport=PHONE).new_page())
+    new_session(page)
+    toggle = page.get_by_role("button", name="Conversations", exact=True)
+    open_conversations(page)
+    controls = page.evaluate(
+        "[...document.querySelectorAll('#sessions a[href], #sessions button')]"
+        ".filter((e) => e.getClientRects().length > 0).length"
+    )
+    page.wait_for_function("document.getElementById('sessions').contains(document.activeElement)")
+
+    for _ in range(controls + 1):  # once round and one more: focus never leaves the drawer
+        page.keyboard.press("Tab")
+        assert focused_in_drawer(page)
+    close = page.get_by_role("button", name="Close the conversations")
+    close.focus()
+    page.keyboard.press("Shift+Tab")  # from the first control back to the last
+    assert focused_in_drawer(page)
+    assert page.evaluate(
+        "document.activeElement === [...document.querySelectorAll('#sessions a[href]')].pop()"
+    )
+    page.keyboard.press("Tab")
+    expect(close).to_be_focused()
+
+    page.keyboard.press("Escape")  # closed, the page's controls are reachable again
+    expect(toggle).to_be_focused()
+    page.keyboard.press("Tab")
+    assert not focused_in_drawer(page)
