@@ -19,7 +19,10 @@ Reported per level (N users, `--seconds` of turns, then the turns in flight fini
 - HTTP errors (any answer but 200), failed turns (no `turn_end`, an `error` event, or no
   tool answer), sessions left running, and the stored messages counted in the database: every
   finished turn must hold exactly user 1, assistant 2, tool 1 ("stored once");
-- the server's memory: peak RSS during the level minus the RSS before it, per turn in flight.
+- the server's memory: RSS once the level's sockets are bound minus the RSS before them, per
+  socket; peak RSS during the turns minus that, per turn in flight (one per user);
+- sockets the server dropped before they were ready (Daphne's 5 s handshake time-out under a
+  storm of connects): they connect again after the page's back-off, counted as "reconnect".
 Before the levels: one user, warm, a text-only turn and a turn with one client-tool call
 (medians of `--warm` turns each).
 """
@@ -58,6 +61,9 @@ BENCH_TOOL = {
 }
 STAMP = "stamp="
 APP = "geosense.asgi:application"
+# Error frames the users' sockets received, by status and text (a refused bind or registration
+# leaves a socket "not ready": the report says why).
+SOCKET_ERRORS: dict[str, int] = {}
 
 
 # --- the scripted model (a process of its own) ------------------------------------------------
@@ -95,6 +101,9 @@ class Level:
     failed: int = 0
     failures: dict[str, int] = field(default_factory=dict)
     not_ready: int = 0  # sockets not bound and registered in time
+    ready_seconds: float = 0.0  # until every socket (that made it) was bound and registered
+    running: int = 0  # users that ran turns (their sockets were ready)
+    rss_ready_kib: int = 0  # the server's RSS once the sockets were ready, before any turn
 
     def fail(self, why: str) -> None:
         self.failed += 1
@@ -159,7 +168,31 @@ async def turn_post(port: int, token: str, session: str, text: str, level: Level
         writer.close()
 
 
+# The page's reconnection back-off (static/geosense/socket.js BACKOFF_MS), in seconds.
+BACKOFF = (0.5, 1, 2, 4, 8, 15)
+
+
 async def user_socket(port: int, token: str, session: str, ready: asyncio.Event) -> None:
+    """The user's tab: binds, registers `bench_echo`, answers every invoke at once. A socket
+    the server drops before it is ready connects again after the page's back-off, as the page
+    does (counted in SOCKET_ERRORS as "reconnect: …")."""
+    import websockets
+
+    attempt = 0
+    while True:
+        try:
+            await user_socket_once(port, token, session, ready)
+            return
+        except (OSError, TimeoutError, websockets.exceptions.WebSocketException) as exc:
+            if ready.is_set():
+                raise
+            why = f"reconnect: {type(exc).__name__}: {exc}"[:90]
+            SOCKET_ERRORS[why] = SOCKET_ERRORS.get(why, 0) + 1
+            await asyncio.sleep(BACKOFF[min(attempt, len(BACKOFF) - 1)])
+            attempt += 1
+
+
+async def user_socket_once(port: int, token: str, session: str, ready: asyncio.Event) -> None:
     import websockets
 
     async with websockets.connect(
@@ -174,6 +207,9 @@ async def user_socket(port: int, token: str, session: str, ready: asyncio.Event)
             frame = json.loads(raw)
             if frame["type"] == "client-tool-registered":
                 ready.set()
+            elif frame["type"] == "error":
+                why = f"{frame.get('status')} {str(frame.get('error'))[:60]}"
+                SOCKET_ERRORS[why] = SOCKET_ERRORS.get(why, 0) + 1
             elif frame["type"] == "client-tool-invoke":
                 answer = {
                     "type": "client-tool-result",
@@ -183,7 +219,9 @@ async def user_socket(port: int, token: str, session: str, ready: asyncio.Event)
                 await ws.send(json.dumps(answer))
 
 
-async def level_run(port: int, users: list[tuple[str, str]], seconds: float) -> tuple[Level, float]:
+async def level_run(
+    port: int, users: list[tuple[str, str]], seconds: float, pid: int
+) -> tuple[Level, float]:
     level = Level()
     readies = [asyncio.Event() for _ in users]
     sockets = [
@@ -193,9 +231,17 @@ async def level_run(port: int, users: list[tuple[str, str]], seconds: float) -> 
     try:
         # Every socket bound with its tool registered, or what is ready after 180 s goes on
         # (the others are reported: a process too slow to take its sockets is a result too).
+        binding = time.monotonic()
         await asyncio.wait([asyncio.ensure_future(r.wait()) for r in readies], timeout=180)
+        level.ready_seconds = time.monotonic() - binding
         level.not_ready = sum(1 for r in readies if not r.is_set())
+        for task in sockets:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                why = f"socket {type(task.exception()).__name__}: {task.exception()}"[:90]
+                SOCKET_ERRORS[why] = SOCKET_ERRORS.get(why, 0) + 1
         users = [u for u, r in zip(users, readies, strict=True) if r.is_set()]
+        level.running = len(users)
+        level.rss_ready_kib = rss_kib(pid)
         started = time.monotonic()
         stop_at = started + seconds
 
@@ -310,7 +356,8 @@ async def bench(args: argparse.Namespace, port: int, pid: int, db: Path, users) 
         baseline = rss_kib(pid)
         stop = asyncio.Event()
         peak_task = asyncio.create_task(rss_peak(pid, stop))
-        level, elapsed = await level_run(port, group, args.seconds)
+        SOCKET_ERRORS.clear()
+        level, elapsed = await level_run(port, group, args.seconds, pid)
         stop.set()
         peak = await peak_task
         await asyncio.sleep(1)
@@ -327,14 +374,30 @@ async def bench(args: argparse.Namespace, port: int, pid: int, db: Path, users) 
             "failed": level.failed,
             "failures": level.failures,
             "sockets_not_ready": level.not_ready,
+            "socket_errors": dict(SOCKET_ERRORS),
             "stored": stored,
             "rss_before_mib": baseline / 1024,
-            "kib_per_turn_in_flight": max(0, peak - baseline) / count,
+            "sockets_ready_s": level.ready_seconds,
+            "kib_per_socket": max(0, level.rss_ready_kib - baseline) / max(1, level.running),
+            "kib_per_turn_in_flight": max(0, peak - level.rss_ready_kib) / max(1, level.running),
             "rss_after_mib": rss_kib(pid) / 1024,
         }
         print(json.dumps(row), flush=True)
         report["levels"].append(row)
     return report
+
+
+def port_wait(port: int, timeout: float = 60) -> None:
+    """Until the server on `port` accepts connections."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with closing(socket.create_connection(("127.0.0.1", port))):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def main() -> None:
@@ -382,15 +445,7 @@ def main() -> None:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    with closing(socket.create_connection(("127.0.0.1", port))):
-                        break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+            port_wait(port)
             report = asyncio.run(bench(args, port, server.pid, db, users))
             tracebacks = (work / "daphne.log").read_text(errors="replace").count("Traceback")
             report["tree"] = str(tree)
