@@ -10,11 +10,13 @@ seeded). A worker process per size (Django reads DATABASE_URL once) times, in al
 
 - "trees within 20 m of a house" (`annotations_within_distance`): through PostGIS
   (`GEOSENSE_SPATIAL_BACKEND=auto` on PostgreSQL) and through the warm index ("index");
-- overlap (solar panels on houses) and nearest (5 nearest to the demo's centre) the same way;
+- overlap (solar panels on houses), nearest (5 nearest to the demo's centre) and similarity
+  (top 20 pools like the first) the same way;
 - the index's first build (what the first question after a start or a write costs there).
 
-Each figure is the median of `--runs`: wall time, this process's CPU time and the PostgreSQL
-backend's CPU time (from /proc: the server runs on this machine). Answers are compared (same
+Each figure is the median of `--runs`: wall time, this process's CPU time and PostgreSQL's CPU
+time (every backend and parallel worker of the cluster, from /proc: the server runs here, and
+nothing else should use it meanwhile). Answers are compared (same
 pairs, metres within 0.1 %). The load average is printed with the figures.
 """
 
@@ -32,23 +34,24 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def backend_cpu(pid: int) -> float:
-    """User + system CPU seconds of a PostgreSQL backend (or any process) so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+from proc_cpu import postgres_cpu  # noqa: E402 - bench/ is on the path
 
 
-def timed(fn: Callable[[], Any], backend_pid: int) -> tuple[dict[str, float], Any]:
-    wall, cpu, server = time.perf_counter(), time.process_time(), backend_cpu(backend_pid)
+def postmaster_of(backend_pid: int) -> int:
+    """The postmaster: the parent of the backend serving this process's connection."""
+    return int(Path(f"/proc/{backend_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def timed(fn: Callable[[], Any], postmaster: int) -> tuple[dict[str, float], Any]:
+    """Wall, this process's CPU and PostgreSQL's CPU (every backend and parallel worker) of fn."""
+    wall, cpu, server = time.perf_counter(), time.process_time(), postgres_cpu(postmaster)
     result = fn()
     return {
         "wall": time.perf_counter() - wall,
         "cpu": time.process_time() - cpu,
-        "db_cpu": backend_cpu(backend_pid) - server,
+        "db_cpu": postgres_cpu(postmaster) - server,
     }, result
 
 
@@ -72,6 +75,8 @@ def worker(runs: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         (pid,) = cursor.fetchone()
+    pid = postmaster_of(pid)
+    pool = selectors.annotation_list(category="pool", limit=1)[0].id
     questions: dict[str, Callable[[], Any]] = {
         "within": lambda: selectors.annotations_within_distance(
             source="tree", target="house", distance_m=20
@@ -80,6 +85,7 @@ def worker(runs: int) -> None:
         "nearest": lambda: selectors.annotations_nearest(
             lat=demo.PLACE_LAT, lon=demo.PLACE_LON, k=5
         ),
+        "similar": lambda: selectors.annotations_similar(samples=[(pool, None)], k=20),
     }
     with override_settings(GEOSENSE_SPATIAL_BACKEND="index"):
         build, index = timed(spatial_index, pid)
@@ -112,6 +118,9 @@ def _agree(name: str, ours: Any, theirs: Any) -> tuple[bool, int]:
     elif name == "overlap":
         a = {p.source_id: (p.target_id, p.share) for p in ours}
         b = {p.source_id: (p.target_id, p.share) for p in theirs}
+    elif name == "similar":
+        a = {h.id: (h.category, h.score) for h in ours}
+        b = {h.id: (h.category, h.score) for h in theirs}
     else:
         a = {h.id: (h.category, h.distance_m) for h in ours}
         b = {h.id: (h.category, h.distance_m) for h in theirs}
@@ -152,7 +161,7 @@ def report(size: int, out: dict[str, Any]) -> None:
         "| question | answer size | PostGIS wall | PostGIS server CPU | index (warm) wall | index CPU | wall ratio PostGIS/index | same answer |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for name in ("within", "overlap", "nearest"):
+    for name in ("within", "overlap", "nearest", "similar"):
         row, pg, ix = out[name], out[name]["postgis"], out[name]["index"]
         print(
             f"| {name} | {row['size']:,} | {ms(pg['wall'])} | {ms(pg['db_cpu'])} | {ms(ix['wall'])} | "

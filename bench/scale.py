@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 from client_tools import engine, summary  # noqa: E402 - bench/ is on the path
+from proc_cpu import cpu_seconds, postgres_cpu  # noqa: E402
 
 from tests.browser.daphne_server import manage, server_env  # noqa: E402
 from tests.fakes.fake_openai import FakeOpenAI, Response, Text, ToolCalls  # noqa: E402
@@ -273,32 +274,6 @@ def events(bench: Bench, layer: str | None, deltas: int, runs: int = 3) -> tuple
 
 
 # --- concurrent turns -------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int, *, children: bool = False) -> float:
-    """User + system CPU time of a process (and of its reaped children), in seconds."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    ticks = int(fields[11]) + int(fields[12])
-    if children:
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def postgres_cpu(postmaster: int) -> float:
-    """The postmaster, its exited backends (reaped: in its children's time) and live ones."""
-    total = cpu_seconds(postmaster, children=True)
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            if parent == postmaster:
-                total += cpu_seconds(int(entry.name))
-    return total
 
 
 def load(ports: list[int], token: str, sessions: list[str], seconds: float) -> dict:
