@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
 from tools.client import ClientTool
@@ -164,11 +164,22 @@ def tool_calls_with_fresh_ids(
     """The step's calls, each with an id not used before in the session.
 
     Some OpenAI-compatible servers number calls per response (`call_0` every time); a reused
-    id would make a new call look answered by an old result.
+    id would make a new call look answered by an old result. Reads the ids like these, not
+    every call of the session: its cost does not grow with the session.
     """
-    used: set[str] = set()
+    bases = {call["id"] or "call" for call in calls}
+    named = models.Q()
+    for base in bases:
+        named |= models.Q(tool_call_id=base) | models.Q(tool_call_id__startswith=f"{base}~")
+    # Every earlier call has its result (engine invariant 1), so the results name them, read
+    # by id in the database; only the latest turns may hold calls still without one.
+    used: set[str] = set(
+        Message.objects.filter(named, session_id=session_id, role=Message.Role.TOOL).values_list(
+            "tool_call_id", flat=True
+        )
+    )
     for tool_calls in Message.objects.filter(
-        session_id=session_id, role=Message.Role.ASSISTANT
+        session_id=session_id, role=Message.Role.ASSISTANT, turn__gte=_turns_unsettled(session_id)
     ).values_list("tool_calls", flat=True):
         used.update(call["id"] for call in tool_calls or [])
     fresh = []
@@ -245,13 +256,28 @@ def artifact_save(
     raise RuntimeError("could not allocate an artifact id")
 
 
+def _turns_unsettled(session_id: object) -> int:
+    """The first turn that may hold a call without a result.
+
+    A new message's turn begins only after a repair that went through (`turn_begin` follows
+    `history_repair` and `pauses_set_aside` in chat.turns), and a turn's result is stored in
+    the call's own turn; so every turn before the previous one is settled. The previous turn is
+    read too: a turn begun (numbered) whose preparation then failed left the repair's turn one
+    behind.
+    """
+    count = ChatSession.objects.filter(pk=session_id).values_list("turn_count", flat=True).first()
+    return max(0, (count or 0) - 1)
+
+
 def history_repair(*, session_id: object) -> int:
     """Give every call that has no result (a crash, an error mid-step) its result.
 
     Calls of a message that waits on a pending pause are left alone: they run after it.
     Keeps engine invariant 1 (docs/architecture.md) whatever happened before: the history stays
-    valid to send.
+    valid to send. Only the latest turns can hold such calls (`_turns_unsettled`), so only they
+    are read: a repair at every turn's start and end must not cost the session's length.
     """
+    since = _turns_unsettled(session_id)
     paused = set(
         Approval.objects.filter(session_id=session_id, status=Approval.Status.PENDING).values_list(
             "message_id", flat=True
@@ -262,13 +288,13 @@ def history_repair(*, session_id: object) -> int:
         ).values_list("message_id", flat=True)
     )
     answered = set(
-        Message.objects.filter(session_id=session_id, role=Message.Role.TOOL).values_list(
-            "tool_call_id", flat=True
-        )
+        Message.objects.filter(
+            session_id=session_id, role=Message.Role.TOOL, turn__gte=since
+        ).values_list("tool_call_id", flat=True)
     )
     repaired = 0
     for message in Message.objects.filter(
-        session_id=session_id, role=Message.Role.ASSISTANT
+        session_id=session_id, role=Message.Role.ASSISTANT, turn__gte=since
     ).exclude(tool_calls=[]):
         if message.pk in paused:
             continue

@@ -1,0 +1,130 @@
+"""What every turn does to the stored transcript costs what the latest turns hold, not the
+session's length (issue 15 cause 2: a turn of a long session held the one database thread
+of the process, and the GIL, while it read every earlier call twice per turn and per step)."""
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db.backends import utils
+
+from chat import services
+from chat.models import ChatSession, Message
+from tests.chat.helpers import stored_history_is_valid
+
+pytestmark = pytest.mark.django_db
+
+
+@contextmanager
+def rows_counted() -> Iterator[list[int]]:
+    """Rows the database hands to Python while the block runs (every fetch of a query)."""
+    read = [0]
+    wrapped: dict[str, Callable] = {}
+
+    def counting(name: str) -> Callable:
+        def fetch(self: Any, *args: Any) -> Any:
+            rows = getattr(self.cursor, name)(*args)
+            if rows is not None:
+                read[0] += 1 if name == "fetchone" else len(rows)
+            return rows
+
+        return fetch
+
+    for name in ("fetchone", "fetchmany", "fetchall"):
+        wrapped[name] = counting(name)
+    originals = {name: utils.CursorWrapper.__dict__.get(name) for name in wrapped}
+    try:
+        for name, fetch in wrapped.items():
+            setattr(utils.CursorWrapper, name, fetch)
+        yield read
+    finally:
+        for name, original in originals.items():
+            if original is None:
+                delattr(utils.CursorWrapper, name)
+            else:
+                setattr(utils.CursorWrapper, name, original)
+
+
+def long_session(turns: int) -> ChatSession:
+    """A session of `turns` settled turns, each: a question, a call `call_0`-like, its result,
+    the answer (ids made fresh as the engine does)."""
+    user = get_user_model().objects.create_user("long")
+    session = ChatSession.objects.create(user=user, turn_count=turns)
+    rows = []
+    for turn in range(1, turns + 1):
+        call_id = f"call-{turn}"
+        rows += [
+            Message(session=session, turn=turn, role="user", content=f"question {turn}"),
+            Message(
+                session=session,
+                turn=turn,
+                role="assistant",
+                tool_calls=[{"id": call_id, "name": "measure", "arguments": "{}"}],
+            ),
+            Message(
+                session=session,
+                turn=turn,
+                role="tool",
+                content="{}",
+                tool_call_id=call_id,
+                tool_name="measure",
+            ),
+            Message(session=session, turn=turn, role="assistant", content="an answer"),
+        ]
+    Message.objects.bulk_create(rows)
+    return session
+
+
+def test_the_repair_reads_the_latest_turns_only_and_still_repairs_them():
+    session = long_session(300)
+    Message.objects.create(
+        session=session,
+        turn=300,
+        role="assistant",
+        tool_calls=[{"id": "lost", "name": "measure", "arguments": "{}"}],
+    )
+    with rows_counted() as read:
+        assert services.history_repair(session_id=session.pk) == 1
+    assert read[0] < 20, f"{read[0]} rows read for a repair of one turn"
+    assert Message.objects.filter(session=session, role="tool", tool_call_id="lost").exists()
+    assert stored_history_is_valid(session.pk)
+
+
+def test_fresh_call_ids_read_the_ids_like_the_new_ones_not_every_earlier_call():
+    session = long_session(300)
+    calls = [{"id": "call-7", "name": "measure", "arguments": "{}"}]
+    with rows_counted() as read:
+        fresh = services.tool_calls_with_fresh_ids(session_id=session.pk, calls=calls)
+    assert read[0] < 20, f"{read[0]} rows read to number one call"
+    assert fresh == [{"id": "call-7~2", "name": "measure", "arguments": "{}"}]
+
+
+def test_a_call_id_reused_in_many_turns_and_in_the_running_turn_is_made_fresh_each_time():
+    session = long_session(3)
+    for turn, call_id in ((1, "call_0"), (2, "call_0~2")):
+        Message.objects.create(
+            session=session,
+            turn=turn,
+            role="assistant",
+            tool_calls=[{"id": call_id, "name": "measure", "arguments": "{}"}],
+        )
+        Message.objects.create(
+            session=session,
+            turn=turn,
+            role="tool",
+            content="{}",
+            tool_call_id=call_id,
+            tool_name="measure",
+        )
+    # The running turn's earlier step: a call whose result is not stored yet (it waits).
+    Message.objects.create(
+        session=session,
+        turn=3,
+        role="assistant",
+        tool_calls=[{"id": "call_0~3", "name": "measure", "arguments": "{}"}],
+    )
+    calls = [{"id": "call_0", "name": "measure", "arguments": "{}"}, {"id": "", "name": "m"}]
+    fresh = services.tool_calls_with_fresh_ids(session_id=session.pk, calls=calls)
+    assert [c["id"] for c in fresh] == ["call_0~4", "call"]
