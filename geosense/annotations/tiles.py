@@ -3,8 +3,8 @@
 A `TileBackend` answers three questions: the tile set's metadata (counts per class over the
 whole dataset, bounds, revision), a tile's ETag, and a tile's bytes (gzip-compressed MVT).
 `IndexTileBackend` answers them from the in-process spatial index (`index.py`), so a tile
-reads nothing from the database; a PostGIS backend (`ST_AsMVT`) can take its place behind the
-same three methods (issue 18).
+reads nothing from the database; on PostgreSQL, `PostgisTileBackend` (`tiles_postgis.py`,
+`ST_AsMVT`) takes its place behind the same three methods (`tile_backend()`).
 
 One layer, `annotations`: each feature has `id`, `class` and its measures (`area_m2` for
 polygons, `length_m` for lines and polygons' perimeters). Below `EXACT_ZOOM`, an annotation
@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import shapely
+from django.db import connection
 
 from .base import base_shapes, demo_blocks
 from .index import ClassIndex, SpatialIndex, spatial_index
@@ -76,7 +77,7 @@ class TileSetMetadata:
 
 
 class TileBackend(Protocol):
-    """Where tiles come from: the in-process index, or later PostGIS (`ST_AsMVT`)."""
+    """Where tiles come from: the in-process index, or PostGIS (`ST_AsMVT`)."""
 
     def metadata(self) -> TileSetMetadata: ...
 
@@ -108,7 +109,7 @@ def tile_bounds(z: int, x: int, y: int) -> tuple[float, float, float, float]:
     return west, north - size, west + size, north
 
 
-def _lonlat(mx: float, my: float) -> tuple[float, float]:
+def mercator_lonlat(mx: float, my: float) -> tuple[float, float]:
     lon = math.degrees(mx / EARTH_RADIUS)
     lat = math.degrees(2 * math.atan(math.exp(my / EARTH_RADIUS)) - math.pi / 2)
     return lon, lat
@@ -259,9 +260,9 @@ def _render(index: SpatialIndex, z: int, x: int, y: int, selections: list[_Selec
         features = []
         for selection in selections:
             features.extend(_features(index, z, x, y, selection, pixel))
-        layers = [_layer(LAYER, features)]
+        layers = [layer_of(LAYER, features)]
         if base:
-            layers.append(_layer(BASE_LAYER, base))
+            layers.append(layer_of(BASE_LAYER, base))
         data = gzip.compress(
             tile_encode(layers, extent=EXTENT),
             compresslevel=6,
@@ -272,7 +273,7 @@ def _render(index: SpatialIndex, z: int, x: int, y: int, selections: list[_Selec
         pixel *= 4
 
 
-def _layer(name: str, features: list[dict[str, Any]]):
+def layer_of(name: str, features: list[dict[str, Any]]):
     return (
         name,
         np.array([f["geometry"] for f in features], dtype=object),
@@ -281,13 +282,22 @@ def _layer(name: str, features: list[dict[str, Any]]):
 
 
 def _base_features(index: SpatialIndex, z: int, x: int, y: int) -> list[dict[str, Any]]:
-    """The demo's blocks, parks and lots in the tile (`base.py`), as `kind` features."""
     if "demo_blocks" not in index.memo:
         index.memo["demo_blocks"] = demo_blocks()
+    return base_layer_features(index.memo["demo_blocks"], z, x, y)
+
+
+def base_layer_features(
+    blocks: dict[tuple[int, int], str], z: int, x: int, y: int
+) -> list[dict[str, Any]]:
+    """The demo's blocks, parks and lots in the tile (`base.py`), as `kind` features."""
     west, south, east, north = tile_bounds(z, x, y)
     pad = (east - west) * BUFFER / EXTENT
-    (w, s), (e, n) = _lonlat(west - pad, south - pad), _lonlat(east + pad, north + pad)
-    shapes = base_shapes(index.memo["demo_blocks"], (w, s, e, n), z)
+    (w, s), (e, n) = (
+        mercator_lonlat(west - pad, south - pad),
+        mercator_lonlat(east + pad, north + pad),
+    )
+    shapes = base_shapes(blocks, (w, s, e, n), z)
     if not shapes:
         return []
     units = EXTENT / (east - west)
@@ -375,10 +385,17 @@ _backend: TileBackend | None = None
 
 
 def tile_backend() -> TileBackend:
-    """The tile backend of this process (the in-process index's)."""
+    """The tile backend of this process: PostGIS's (`tiles_postgis.py`) when the database is
+    PostgreSQL (its migrations give it PostGIS), so no process holds the dataset; the
+    in-process index's on the embedded default."""
     global _backend
     if _backend is None:
-        _backend = IndexTileBackend()
+        if connection.vendor == "postgresql":
+            from .tiles_postgis import PostgisTileBackend  # it builds on this module
+
+            _backend = PostgisTileBackend()
+        else:
+            _backend = IndexTileBackend()
     return _backend
 
 
