@@ -191,13 +191,16 @@ class PostgisTileBackend:
         return self._cached_render(z, x, y)[1]
 
     def _cached_render(self, z: int, x: int, y: int) -> tuple[str, bytes]:
-        """The tile and its ETag, drawn at most once per ETag while the cache keeps it."""
+        """The tile and its ETag, drawn at most once per ETag while the cache keeps it. The
+        ETag of a drawn tile is the one its own statement digested (one snapshot), whatever
+        changed since the first look."""
         params = _params(z, x, y)
-        tag, generation, layer = self._layer(params, pixel=1.0)
+        tag = self.etag(z, x, y)
         with self._lock:
             if tag in self._cache:
                 self._cache.move_to_end(tag)
                 return tag, self._cache[tag]
+        tag, generation, layer = self._layer(params, pixel=1.0)
         data = self._tile(params, generation, layer)
         with self._lock:
             if tag not in self._cache:
