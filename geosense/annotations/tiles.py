@@ -29,11 +29,11 @@ from typing import Any, Protocol
 
 import numpy as np
 import shapely
-from django.db import connection
 
 from .base import base_shapes, demo_blocks
 from .index import ClassIndex, SpatialIndex, spatial_index
 from .mvt import tile_encode
+from .spatial import spatial_backend
 
 LAYER = "annotations"
 BASE_LAYER = "base"
@@ -381,22 +381,23 @@ def _count_points(
     return features
 
 
-_backend: TileBackend | None = None
+_backends: dict[str, TileBackend] = {}
 
 
 def tile_backend() -> TileBackend:
-    """The tile backend of this process: PostGIS's (`tiles_postgis.py`) when the database is
-    PostgreSQL (its migrations give it PostGIS), so no process holds the dataset; the
-    in-process index's on the embedded default."""
-    global _backend
-    if _backend is None:
-        if connection.vendor == "postgresql":
+    """The tile backend of this process, following `spatial_backend()` (`spatial.py`, the
+    one place that decides): PostGIS's (`tiles_postgis.py`, `ST_AsMVT`) when PostGIS answers,
+    so no process holds the dataset; the in-process index's otherwise. One of each is kept
+    (its tile cache lives as long as the process)."""
+    name = spatial_backend()
+    if name not in _backends:
+        if name == "postgis":
             from .tiles_postgis import PostgisTileBackend  # it builds on this module
 
-            _backend = PostgisTileBackend()
+            _backends[name] = PostgisTileBackend()
         else:
-            _backend = IndexTileBackend()
-    return _backend
+            _backends[name] = IndexTileBackend()
+    return _backends[name]
 
 
 WARM_ZOOMS = 3  # how many zoom levels of the data's whole extent are drawn at start

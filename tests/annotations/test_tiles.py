@@ -314,7 +314,7 @@ def test_the_initial_tiles_cover_the_data_at_the_zooms_a_fitted_map_asks_first()
 def test_tiles_warm_draws_the_initial_tiles_before_anyone_asks(logged_in, monkeypatch):
     annotation_create(category="house", geometry=rectangle(-118.52, 34.15, 12, 10))
     annotation_create(category="tree", geometry=point(-118.50, 34.16))
-    monkeypatch.setattr(tiles, "_backend", None)
+    monkeypatch.setattr(tiles, "_backends", {})
     tiles.tiles_warm(spatial_index())
     bounds = logged_in.get("/tiles/annotations.json").json()["bounds"]
 
