@@ -35,9 +35,9 @@ class TimedFake(FakeOpenAI):
 
     arrivals: list[float]
 
-    def next_response(self, body):
+    def next_response(self, body, headers=None):
         self.arrivals.append(time.perf_counter())
-        return super().next_response(body)
+        return super().next_response(body, headers)
 
 
 def _post_stream(url: str, token: str, path: str, body: dict) -> tuple[float | None, int, float]:

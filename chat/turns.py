@@ -386,8 +386,9 @@ class TurnRunner:
     stopped: bool = False  # the person stopped it (`turn_stop`): its cancellation is theirs
     # The stored draft of the step that just streamed (`_ask`), completed by its message.
     draft_id: int | None = None
-    # Results stored in this turn per tool name (the per-turn bound of client tools), read
-    # from the database at the first client call, then counted as results are stored.
+    # Results stored in this turn per tool name (the per-turn bound of client tools): none for
+    # a new message's turn, read from the database at the first client call of a resumed one,
+    # then counted as results are stored.
     answers: dict[str, int] | None = None
 
     @property
@@ -764,8 +765,13 @@ class TurnRunner:
             )
         )
         if self.answers is None:  # read once per turn, then counted here
-            self.answers = await in_thread(selectors.tool_answers_in_turn)(
-                session_id=self.session_id, turn=self.turn
+            # A new message's turn was numbered for it: it has no results yet (no thread hop).
+            self.answers = (
+                {}
+                if self.prepared.resume_message_id is None
+                else await in_thread(selectors.tool_answers_in_turn)(
+                    session_id=self.session_id, turn=self.turn
+                )
             )
         answered = self.answers.get(tool.name, 0)
         if answered >= CLIENT_TOOL_ANSWER_LIMIT:

@@ -11,7 +11,7 @@ import pytest
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from chat import processes, selectors, services
+from chat import processes, selectors, services, turns
 from chat.models import ClientToolRegistration, Message, ServerProcess
 from tests.chat.test_consumer_turns import (
     frames_until,
@@ -107,7 +107,7 @@ async def test_a_served_call_in_one_process_crosses_no_channel_layer_and_no_thre
     assert hops == []
 
 
-async def test_the_answers_of_a_turn_are_counted_once_and_the_lease_renewed_with_each_result(
+async def test_the_answers_of_a_new_turn_are_counted_in_memory_and_the_lease_renewed_with_each_result(
     client, trusted_caller, openai_agent, monkeypatch
 ):
     counted, renewed = [], []
@@ -138,9 +138,36 @@ async def test_the_answers_of_a_turn_are_counted_once_and_the_lease_renewed_with
     out = await turn
     assert out.names()[-1] == "turn_end"
     await ws.disconnect()
-    assert counted == [1]
+    assert counted == []  # a new message's turn has no earlier answers: not even read
     # Two steps renew the claim before asking the model; each result renews it as it is stored.
     assert len(renewed) == 2 + 2
+
+
+async def test_a_new_turn_still_refuses_a_client_tool_past_its_answers_per_turn(
+    client, trusted_caller, openai_agent
+):
+    """Counted in memory from zero (nothing read), the bound of answers per turn still holds."""
+    limit = turns.CLIENT_TOOL_ANSWER_LIMIT
+    calls = [(f"c{i}", "location_get", {}) for i in range(limit + 1)]
+    openai_agent.reply_tool_calls(calls)
+    openai_agent.reply_text("Enough.")
+    ws = await tab(trusted_caller, [LOCATION])
+    turn = start_turn(client, trusted_caller, "where am I, again and again?")
+    for _ in range(limit):
+        invoke = (await frames_until(ws, is_invoke))[-1]
+        await ws.send_json_to(
+            {
+                "type": "client-tool-result",
+                "correlationId": invoke["correlationId"],
+                "result": {"status": "GRANTED"},
+            }
+        )
+    out = await turn
+    await ws.disconnect()
+    assert out.names()[-1] == "turn_end"
+    results = [m for m in openai_agent.requests[1]["messages"] if m["role"] == "tool"]
+    assert [json.loads(m["content"]) for m in results[:limit]] == [{"status": "GRANTED"}] * limit
+    assert f"already answered {limit} times in this turn" in results[limit]["content"]
 
 
 async def test_a_call_to_a_socket_whose_process_dies_meanwhile_is_answered_without_waiting_out(
