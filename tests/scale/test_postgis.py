@@ -254,3 +254,43 @@ def test_postgis_and_the_embedded_index_give_the_same_answers_before_and_after_a
         assert not deleted & set(after["within"]["ids"] + after["within"]["links"])
         assert not deleted & {h["id"] for h in after["nearest"]["nearest"]}
     assert pairs(out["after"]["postgis"]["within"]) != pairs(out["before"]["postgis"]["within"])
+
+
+EDGE = """
+import json
+from django.test import override_settings
+from geosense.annotations import selectors, services
+house = [[-118.4568139, 34.1759466], [-118.4567099, 34.1759436], [-118.4567122, 34.1758856],
+         [-118.4567611, 34.175887], [-118.4567628, 34.1758464], [-118.4568179, 34.1758479],
+         [-118.4568139, 34.1759466]]
+ids = [
+    services.annotation_create(category="edge_tree", geometry={
+        "type": "Point", "coordinates": [-118.4566974, 34.1758304]}).pk,
+    services.annotation_create(category="edge_house", geometry={
+        "type": "Polygon", "coordinates": [house]}).pk,
+]
+metres = {}
+for backend in ("auto", "index"):
+    with override_settings(GEOSENSE_SPATIAL_BACKEND=backend):
+        within = selectors.annotations_within_distance(
+            source="edge_tree", target="edge_house", distance_m=20)
+        nearest = selectors.annotations_nearest(
+            lat=34.1758304, lon=-118.4566974, category="edge_house", k=1)
+        metres[backend] = [within.distances_m.tolist(), [h.distance_m for h in nearest]]
+print(json.dumps({"ids": ids, "metres": metres}))
+"""
+
+
+def test_metres_from_a_point_to_a_polygons_edge_agree(spatial_db):
+    """A tree and a house of the demo at a million where PostGIS's spheroid `ST_Distance`
+    says 6.2853 m and the geodesic between the nearest points is 6.2733 m (0.19 % apart)."""
+    out = json.loads(spatial_db.shell(EDGE).strip().splitlines()[-1])
+    spatial_db.sql(f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (out["ids"],))
+    (postgis_within, postgis_nearest), (index_within, index_nearest) = (
+        out["metres"]["auto"],
+        out["metres"]["index"],
+    )
+    assert len(postgis_within) == len(index_within) == 1
+    assert index_within[0] == pytest.approx(6.2733, abs=1e-4)
+    assert close(postgis_within[0], index_within[0])
+    assert close(postgis_nearest[0], index_nearest[0])
