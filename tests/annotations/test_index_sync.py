@@ -4,9 +4,14 @@ import numpy as np
 import pytest
 
 from geosense.annotations import index as index_module
-from geosense.annotations.index import _spatial_index_build, spatial_index
+from geosense.annotations.index import KeptTree, _spatial_index_build, spatial_index
 from geosense.annotations.models import AnnotationRevision
-from geosense.annotations.selectors import annotations_similar, annotations_within_distance
+from geosense.annotations.selectors import (
+    annotations_nearest,
+    annotations_overlapping,
+    annotations_similar,
+    annotations_within_distance,
+)
 from geosense.annotations.services import (
     annotations_restore,
     annotations_soft_delete,
@@ -59,6 +64,42 @@ def test_deletions_and_restores_are_followed_without_a_rebuild(monkeypatch):
     similar = [h.id for h in annotations_similar(samples=[(25, None)], k=20)]
     index_module._cached = fresh
     assert similar == [h.id for h in annotations_similar(samples=[(25, None)], k=20)]
+
+
+def _answers():
+    within = annotations_within_distance(source="tree", target="house", distance_m=20)
+    return (
+        within.source_ids.tolist(),
+        within.target_ids.tolist(),
+        annotations_overlapping(source="garage", target="house"),
+        annotations_overlapping(source="house", target="house"),
+        [(h.id, h.distance_m) for h in annotations_nearest(lat=0, lon=0, k=8)],
+    )
+
+
+def test_a_deletion_hides_annotations_in_their_class_tree_instead_of_building_it_again():
+    demo_seed(annotations=1500, seed=0)
+    before = spatial_index()
+    houses = before.classes["house"]
+    gone = houses.ids[::40].tolist()  # under a tenth: the tree is kept
+    centre = before.projection
+    annotations_soft_delete(ids=gone)
+
+    after = spatial_index()
+    kept = after.classes["house"].tree
+    assert isinstance(kept, KeptTree) and kept.tree is houses.tree
+    assert len(kept) == len(houses.ids) - len(gone)
+    answers = _answers()
+    assert not set(gone) & ({p.target_id for p in answers[2]} | set(answers[1]))
+    nearest = annotations_nearest(lat=centre.lat, lon=centre.lon, k=30, category="house")
+    assert not set(gone) & {h.id for h in nearest}
+    index_module._cached = _spatial_index_build(*AnnotationRevision.state())
+    assert answers == _answers()
+    assert nearest == annotations_nearest(lat=centre.lat, lon=centre.lon, k=30, category="house")
+
+    annotations_soft_delete(ids=houses.ids[1::9].tolist())  # more than a tenth: built again
+    assert not isinstance(spatial_index().classes["house"].tree, KeptTree)
+    same_as_fresh(spatial_index())
 
 
 def test_a_write_of_content_rebuilds_the_index():
