@@ -70,16 +70,26 @@ def _rows(sql: str, params: dict[str, Any] | Sequence[Any], *, join: bool = Fals
         return cursor.fetchall()
 
 
-def _bbox_sql(bbox: BBox | None, alias: str) -> tuple[str, dict[str, float]]:
-    """The index's bbox filter (an annotation's bounding box meets bbox) on the bbox columns."""
+def _sources_sql(bbox: BBox | None) -> tuple[str, str, str, dict[str, Any]]:
+    """(WITH clause, FROM item, WHERE condition) naming `s`, the live sources of a join (class
+    `%(source)s`), and their parameters.
+
+    Within a bbox (the index's filter: an annotation's bounding box meets it, on the bbox
+    columns), the sources are found first through the `geom` index and materialised: left in
+    the join, the planner scanned every row for them (0.9 s of CPU at a million for a 600 m
+    square, 0.05 s this way). Without one, the join stays free to probe from either side."""
+    live = "s.category = %(source)s AND s.deleted_at IS NULL"
     if bbox is None:
-        return "", {}
+        return "", f"{TABLE} s", live, {}
     min_lon, min_lat, max_lon, max_lat = bbox
-    sql = (
-        f" AND {alias}.min_lon <= %(max_lon)s AND {alias}.max_lon >= %(min_lon)s"
-        f" AND {alias}.min_lat <= %(max_lat)s AND {alias}.max_lat >= %(min_lat)s"
+    with_sql = (
+        f"WITH s AS MATERIALIZED (SELECT s.id, s.geom, s.min_lat FROM {TABLE} s WHERE {live}"
+        " AND s.geom && ST_MakeEnvelope(%(min_lon)s, %(min_lat)s, %(max_lon)s, %(max_lat)s, 4326)"
+        " AND s.min_lon <= %(max_lon)s AND s.max_lon >= %(min_lon)s"
+        " AND s.min_lat <= %(max_lat)s AND s.max_lat >= %(min_lat)s)"
     )
-    return sql, {"min_lon": min_lon, "min_lat": min_lat, "max_lon": max_lon, "max_lat": max_lat}
+    params = {"min_lon": min_lon, "min_lat": min_lat, "max_lon": max_lon, "max_lat": max_lat}
+    return with_sql, "s", "TRUE", params
 
 
 # --- counts, shapes, ids, areas --------------------------------------------------------------
@@ -156,17 +166,18 @@ def annotations_within_distance(
     """
     if distance_m < 0:
         return WithinPairs(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
-    in_bbox, params = _bbox_sql(bbox, "s")
+    with_sql, sources, sources_live, params = _sources_sql(bbox)
     rows = _rows(
         f"""
+        {with_sql}
         SELECT * FROM (
           SELECT DISTINCT ON (s.id) s.id AS source_id, t.id AS target_id,
                  {_metres_sql("s.geom", "t.geom", "s.min_lat")} AS metres
-          FROM {TABLE} s JOIN {TABLE} t
+          FROM {sources} JOIN {TABLE} t
             ON ST_DWithin(s.geom::geography, t.geom::geography, %(reach)s, false)
                AND t.id <> s.id
-          WHERE s.category = %(source)s AND s.deleted_at IS NULL
-            AND t.category = %(target)s AND t.deleted_at IS NULL{in_bbox}
+          WHERE t.category = %(target)s AND t.deleted_at IS NULL
+            AND {sources_live}
           ORDER BY s.id, metres, t.id
         ) nearest
         WHERE metres <= %(distance)s
@@ -193,9 +204,10 @@ def annotations_overlapping(
 ) -> list[OverlapPair]:
     """Each live `source` overlapping a live `target`, with the one it overlaps most: the share
     of its geodesic area (lines: length; points: 1) inside; by share, largest first, then id."""
-    in_bbox, params = _bbox_sql(bbox, "s")
+    with_sql, sources, sources_live, params = _sources_sql(bbox)
     rows = _rows(
         f"""
+        {with_sql}
         SELECT DISTINCT ON (source_id) source_id, target_id, share FROM (
           SELECT s.id AS source_id, t.id AS target_id,
             LEAST(GREATEST(CASE ST_Dimension(s.geom)
@@ -204,9 +216,9 @@ def annotations_overlapping(
               WHEN 1 THEN ST_Length(ST_CollectionExtract(ST_Intersection(s.geom, t.geom), 2)
                                     ::geography) / NULLIF(ST_Length(s.geom::geography), 0)
               ELSE 1.0 END, 0), 1) AS share
-          FROM {TABLE} s JOIN {TABLE} t ON ST_Intersects(s.geom, t.geom) AND t.id <> s.id
-          WHERE s.category = %(source)s AND s.deleted_at IS NULL
-            AND t.category = %(target)s AND t.deleted_at IS NULL{in_bbox}
+          FROM {sources} JOIN {TABLE} t ON ST_Intersects(s.geom, t.geom) AND t.id <> s.id
+          WHERE t.category = %(target)s AND t.deleted_at IS NULL
+            AND {sources_live}
         ) pairs
         WHERE share > 0
         ORDER BY source_id, share DESC, target_id

@@ -156,6 +156,7 @@ from tools.builtin import nearest_annotations, spatial_relation
 from tools.registry import ToolContext
 
 LAT, LON = demo.PLACE_LAT + 0.001, demo.PLACE_LON - 0.002
+BBOX = [LON - 0.002, LAT - 0.002, LON + 0.002, LAT + 0.002]
 
 
 def tool(handler, arguments):
@@ -173,6 +174,11 @@ def calls():
         "within_metres": dict(zip(within.source_ids.tolist(), within.distances_m.tolist())),
         "overlap": tool(spatial_relation, {"relation": "overlap", "source": "solar_panel",
                                            "target": "house"}),
+        "within_bbox": tool(spatial_relation, {"relation": "within_distance", "source": "tree",
+                                               "target": "house", "distance_m": 20,
+                                               "bbox": BBOX}),
+        "overlap_bbox": tool(spatial_relation, {"relation": "overlap", "source": "solar_panel",
+                                                "target": "house", "bbox": BBOX}),
         "overlap_shares": {p.source_id: p.share for p in selectors.annotations_overlapping(
             source="solar_panel", target="house")},
         "nearest": tool(nearest_annotations, {"lat": LAT, "lon": LON, "k": 10}),
@@ -223,9 +229,11 @@ def assert_same_answers(run: dict) -> None:
     assert run["backend"] == "postgis" and not run["index_built"]
     assert run["sql"] == {"ST_DWithin": True, "ST_Intersects": True, "<->": True}
     postgis, embedded = run["postgis"], run["embedded"]
-    for relation in ("within", "overlap"):
+    for relation in ("within", "overlap", "within_bbox", "overlap_bbox"):
         ours, theirs = pairs(postgis[relation]), pairs(embedded[relation])
-        assert len(ours) > 10 and ours.keys() == theirs.keys(), relation
+        assert len(ours) > 3 and ours.keys() == theirs.keys(), relation
+        if relation.endswith("bbox"):  # a part of the whole
+            assert len(ours) < len(pairs(postgis[relation.removesuffix("_bbox")])), relation
         assert {i: link for i, (link, _) in ours.items()} == {
             i: link for i, (link, _) in theirs.items()
         }, relation
