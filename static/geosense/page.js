@@ -31,7 +31,10 @@ const location = createLocationService({
 const tools = pageClientTools({ map, location });
 
 const badge = document.getElementById('connection-state');
-const panelSwaps = guardPanelSwaps({ body: document.body });
+const panelSwaps = guardPanelSwaps({
+  body: document.body,
+  draft: () => document.getElementById('composer-text')?.value ?? '',
+});
 let chat = null;
 
 function showState(state) {
@@ -127,13 +130,26 @@ groupSessions();
 setInterval(groupSessions, 60_000);
 document.body.addEventListener('htmx:oobAfterSwap', groupSessions);
 
-document.body.addEventListener('htmx:afterSettle', () => {
-  groupSessions();
-  markNewAnswers();
+// A swapped-in panel is mounted at once (not when htmx settles, 20 ms or more later): its
+// composer must not meet a Send before it is wired.
+function mountSwapped() {
   const swapped = document.getElementById('chat-panel');
   if (!swapped || swapped.dataset.mounted === 'true') return;
   location.settle(); // its card left with the old panel; the server's card records the call
   mount(swapped);
   map.clearHighlight?.();
   socket.bind(swapped.dataset.sessionId || null);
+  const text = panelSwaps.takeDraft(); // typed while it loaded: the reader goes on typing
+  const box = swapped.querySelector('#composer-text');
+  if (text && box) {
+    box.value = text;
+    box.focus();
+    box.setSelectionRange(text.length, text.length);
+  }
+}
+document.body.addEventListener('htmx:afterSwap', mountSwapped);
+document.body.addEventListener('htmx:afterSettle', () => {
+  groupSessions();
+  markNewAnswers();
+  mountSwapped();
 });

@@ -105,3 +105,27 @@ def test_a_new_conversation_opened_while_the_first_message_is_saved_stays_new(lo
     ask(page, "what is the map view?")
     expect(last_answer(page)).to_contain_text("The map is centred on")
     expect(page.locator("#transcript .message.user")).to_have_count(1)
+
+
+def test_text_typed_while_a_new_conversation_loads_is_carried_into_it(logged_in_page):
+    page = logged_in_page
+    page.wait_for_load_state("networkidle")
+    page.evaluate(COUNT_SWAP_ANSWERS)
+    page.evaluate(MARK_PANEL)
+    held = hold(page, "**/chat/", method="GET", htmx=True)
+
+    page.get_by_test_id("new-conversation").click()
+    wait_held(page, held)
+    page.get_by_label("Your message").fill("how many trees")  # in the panel on screen
+    held.pop().continue_()
+    page.wait_for_function(NEW_PANEL_MOUNTED)
+
+    # The new panel has the text, with the focus at its end: the reader goes on typing.
+    box = page.get_by_label("Your message")
+    expect(box).to_have_value("how many trees")
+    expect(box).to_be_focused()
+    page.keyboard.type(" are there?")
+    page.keyboard.press("Enter")
+    expect(last_answer(page)).to_contain_text("There are")
+    expect(page.locator(".message.user").last).to_contain_text("how many trees are there?")
+    page.wait_for_url(UUID_URL)

@@ -7,6 +7,7 @@ import re
 
 from playwright.sync_api import expect
 
+from tests.browser.helpers import open_new_conversation
 from tests.browser.test_chat_basics import ask, last_answer, new_session
 from tests.browser.test_chat_openai import openai_page  # noqa: F401 (the fixture)
 
@@ -27,10 +28,8 @@ def test_new_conversation_saves_nothing_until_the_first_message(
     page = logged_in_page
     page.wait_for_load_state("networkidle")
     before = session_count(daphne_server)
-    new_conversation = page.get_by_test_id("new-conversation")
-
     for _ in range(3):
-        new_conversation.click()
+        open_new_conversation(page)
         page.wait_for_url(re.compile(r"/chat/$"))
         expect(page.locator("#chat-panel")).to_have_attribute("data-session-id", "")
         expect(page.locator("#page-title")).to_have_text("New conversation")

@@ -57,3 +57,17 @@ test('swaps of other targets (the list, the header) and unknown requests are lef
   });
   assert.equal(unknown.shouldSwap, true);
 });
+
+test('text typed while a panel loads is carried into it, once; text left before is not', () => {
+  const body = new EventTarget();
+  let text = 'an old draft';
+  const guard = guardPanelSwaps({ body, draft: () => text });
+  const untouched = panelRequest(body);
+  assert.equal(untouched(), true);
+  assert.equal(guard.takeDraft(), '');
+  const typedInto = panelRequest(body);
+  text = 'how many trees';
+  assert.equal(typedInto(), true);
+  assert.equal(guard.takeDraft(), 'how many trees');
+  assert.equal(guard.takeDraft(), '');
+});
