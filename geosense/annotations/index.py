@@ -25,6 +25,8 @@ from .geometry import GEOD, LocalProjection, nearest_point_distances, scale_boun
 from .models import Annotation, AnnotationRevision
 from .types import BBox
 
+DENSE_IDS = 4  # areas_of reads an array by id when ids leave at most this many slots each
+
 
 class KeptTree:
     """An STRtree less some of its geometries, answering as a tree of those kept would.
@@ -211,8 +213,17 @@ class SpatialIndex:
         return {name: len(self.classes[name].ids) for name in sorted(self.classes)}
 
     def areas_of(self, ids: np.ndarray) -> np.ndarray:
-        """The geodesic area of each of ids (0 for one not live), from the index."""
+        """The geodesic area of each of ids (0 for one not live), from the index.
+
+        Read from an array indexed by id, made once per index, when ids are dense enough
+        (at most `DENSE_IDS` slots per annotation): a within-distance answer names 400,000
+        ids, which the search of every class's ids below took ~0.18 s to look up.
+        """
         ids = np.asarray(ids, dtype=np.int64)
+        by_id = self._areas_by_id()
+        if by_id is not None:
+            inside = (ids >= 0) & (ids < len(by_id))
+            return np.where(inside, by_id[np.where(inside, ids, 0)], 0.0)
         order = np.argsort(ids, kind="stable")  # sorted look-ups walk memory in order
         wanted = ids[order]
         areas = np.zeros(len(ids))
@@ -221,6 +232,18 @@ class SpatialIndex:
             hit = at >= 0
             areas[order[hit]] = class_index.measures[at[hit], 0]
         return areas
+
+    def _areas_by_id(self) -> np.ndarray | None:
+        if "areas_by_id" not in self.memo:
+            total = sum(len(c.ids) for c in self.classes.values())
+            top = max((int(c.ids[-1]) for c in self.classes.values() if len(c.ids)), default=0)
+            by_id = None
+            if total and top < DENSE_IDS * total:
+                by_id = np.zeros(top + 1)
+                for class_index in self.classes.values():
+                    by_id[class_index.ids] = class_index.measures[:, 0]
+            self.memo["areas_by_id"] = by_id
+        return self.memo["areas_by_id"]  # type: ignore[return-value]
 
     def search_distance(
         self, distance_m: float, *, lon: float | None = None, lat: float | None = None

@@ -124,3 +124,28 @@ def test_a_warm_start_builds_the_index_and_the_tiles_shapes_before_the_first_que
     assert built is not None
     assert spatial_index() is built
     assert all("mercator" in c.derived for c in built.classes.values())
+
+
+@pytest.mark.parametrize("dense_ids", [4, 0])
+def test_areas_of_reads_live_areas_by_id_and_zero_for_anything_else(monkeypatch, dense_ids):
+    """By an array indexed by id (ids dense) or by each class's sorted ids (sparse): the same."""
+    monkeypatch.setattr(index_module, "DENSE_IDS", dense_ids)
+    demo_seed(annotations=300, seed=0)
+    house = spatial_index().classes["house"]
+    gone = int(house.ids[0])
+    annotations_soft_delete(ids=[gone])
+    index = spatial_index()
+    expected = {
+        int(i): float(a)
+        for c in index.classes.values()
+        for i, a in zip(c.ids, c.measures[:, 0], strict=True)
+    }
+    ids = np.array([*list(expected)[::-1], gone, 0, -3, 10**9], dtype=np.int64)
+
+    areas = index.areas_of(ids)
+
+    assert areas.tolist() == [expected.get(int(i), 0.0) for i in ids]
+    assert ("areas_by_id" in index.memo and index.memo["areas_by_id"] is not None) == bool(
+        dense_ids
+    )
+    assert areas[: len(expected)].min() >= 0 and areas[-4:].tolist() == [0.0] * 4
