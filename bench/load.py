@@ -22,7 +22,9 @@ Reported per level (N users, `--seconds` of turns, then the turns in flight fini
 - the server's memory: RSS once the level's sockets are bound minus the RSS before them, per
   socket; peak RSS during the turns minus that, per turn in flight (one per user);
 - sockets the server dropped before they were ready (Daphne's 5 s handshake time-out under a
-  storm of connects): they connect again after the page's back-off, counted as "reconnect".
+  storm of connects): they connect again after the page's back-off, counted as "reconnect";
+- the server's CPU time (user + system, every thread) during the level per finished turn: what a
+  turn costs the process, less sensitive to a shared machine's load than the wall-clock figures.
 Before the levels: one user, warm, a text-only turn and a turn with one client-tool call
 (medians of `--warm` turns each).
 """
@@ -281,6 +283,12 @@ async def warm(port: int, user: tuple[str, str], turns: int) -> dict[str, float]
 # --- the server and its database ---------------------------------------------------------------
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of the process so far (every thread)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -354,12 +362,14 @@ async def bench(args: argparse.Namespace, port: int, pid: int, db: Path, users) 
         group = users[offset : offset + count]
         offset += count
         baseline = rss_kib(pid)
+        cpu_before = cpu_seconds(pid)
         stop = asyncio.Event()
         peak_task = asyncio.create_task(rss_peak(pid, stop))
         SOCKET_ERRORS.clear()
         level, elapsed = await level_run(port, group, args.seconds, pid)
         stop.set()
         peak = await peak_task
+        cpu = cpu_seconds(pid) - cpu_before
         await asyncio.sleep(1)
         stored = stored_counts(db, [s for _, s in group])
         row = {
@@ -368,6 +378,7 @@ async def bench(args: argparse.Namespace, port: int, pid: int, db: Path, users) 
             "turns_per_s": len(level.turns) / elapsed,
             "turn_p50_ms": pct(level.turns, 0.5),
             "turn_p99_ms": pct(level.turns, 0.99),
+            "cpu_ms_per_turn": cpu * 1000 / max(1, len(level.turns)),
             "tool_p50_ms": pct(level.round_trips, 0.5),
             "tool_p99_ms": pct(level.round_trips, 0.99),
             "http_errors": level.http_errors,

@@ -174,6 +174,24 @@ class _Draft:
         return self.draft_id
 
 
+@dataclass(frozen=True)
+class _StepInputs:
+    """What one step asks the model with (`TurnRunner._step_inputs`)."""
+
+    toolset: client_tools.ClientToolset | None
+    specs: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    context: AgentContext
+
+
+@dataclass(frozen=True)
+class _StepStored:
+    """A step's stored message; `shown`: as the page shows it, when it is the turn's answer."""
+
+    message: Message
+    shown: Any
+
+
 class CallOutcome(enum.Enum):
     """What answering one call did to the turn."""
 
@@ -434,11 +452,7 @@ class TurnRunner:
         is done by the next turn's preparation, a release that fails is retried until it
         goes through (`_release_later`), and the listeners always hear the end."""
         try:
-            await in_thread(services.history_repair)(session_id=self.session_id)
-        except OperationalError as exc:
-            logger.warning("turn %s#%s: repair deferred: %s", self.session_id, self.turn, exc)
-        try:
-            await in_thread(services.session_release)(session_id=self.session_id)
+            await in_thread(self._repair_and_release)()
         except OperationalError as exc:
             logger.warning("turn %s#%s: release retried: %s", self.session_id, self.turn, exc)
             _release_later(self.session_id)
@@ -446,6 +460,16 @@ class TurnRunner:
             await self.sink.emit(wire.turn_end())
         except Exception:
             logger.exception("could not emit turn_end")
+
+    def _repair_and_release(self) -> None:
+        """The end of the turn in the database, in one trip to its thread: every call given
+        a result (a repair the database refuses is left to the next turn's preparation), then
+        the claim released (a refusal raises: the caller retries it)."""
+        try:
+            services.history_repair(session_id=self.session_id)
+        except OperationalError as exc:
+            logger.warning("turn %s#%s: repair deferred: %s", self.session_id, self.turn, exc)
+        services.session_release(session_id=self.session_id)
 
     async def _stopped_note(self) -> None:
         """The transcript says the answer was stopped (after the text kept, cut off)."""
@@ -530,31 +554,16 @@ class TurnRunner:
             ):
                 await self._note(usage.CREDITS_RAN_OUT)
                 return
-            await in_thread(services.session_lease_renew)(session_id=self.session_id)
-            toolset = await self._toolset()
-            specs = [t.openai_spec() for t in backend_tools()]
-            if toolset is not None:
-                specs += [t.openai_spec() for t in toolset.tools.values()]
-            history, context = await self._history(specs)
-            text, calls = await self._ask(history, specs, context, stream=True)
-            message = await in_thread(services.message_store)(
-                session_id=self.session_id,
-                turn=self.turn,
-                role=Message.Role.ASSISTANT,
-                content=text,
-                draft_id=self.draft_id,
-                tool_calls=await in_thread(services.tool_calls_with_fresh_ids)(
-                    session_id=self.session_id,
-                    calls=[
-                        wire.StoredToolCall(id=c.id, name=c.name, arguments=c.arguments)
-                        for c in calls
-                    ],
-                ),
+            step = await in_thread(self._step_inputs)()
+            text, calls, usages = await self._ask(
+                step.history, step.specs, step.context, stream=True
             )
-            if not calls:
-                await self._emit_message(message.pk)
+            stored = await in_thread(self._step_store)(text=text, calls=calls, usages=usages)
+            if stored.shown is not None:
+                await self.sink.emit(wire.message(stored.shown))
                 return
-            if await self._process_calls(message, message.tool_calls, toolset=toolset) is (
+            message = stored.message
+            if await self._process_calls(message, message.tool_calls, toolset=step.toolset) is (
                 CallOutcome.PAUSED
             ):
                 return
@@ -566,28 +575,74 @@ class TurnRunner:
         )
         await self._emit_message(final.pk)
 
-    async def _toolset(self) -> client_tools.ClientToolset | None:
-        return await in_thread(selectors.client_toolset_of_session)(session_id=self.session_id)
-
-    async def _history(
-        self, specs: list[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], AgentContext]:
-        """The system prompt and the newest turns that fit the model's context
-        (chat/history.py): pictures as images when the agent takes them."""
-        overview = await in_thread(annotation_overview)()
+    def _step_inputs(self) -> "_StepInputs":
+        """What a step asks the model with, read in one trip to the database thread (each
+        trip is a wake-up of that thread and of the loop, the ceiling under load): the claim
+        renewed, the session's client tools, the system prompt and the newest turns that fit
+        the model's context (chat/history.py; pictures as images when the agent takes them)."""
+        services.session_lease_renew(session_id=self.session_id)
+        toolset = selectors.client_toolset_of_session(session_id=self.session_id)
+        specs = [t.openai_spec() for t in backend_tools()]
+        if toolset is not None:
+            specs += [t.openai_spec() for t in toolset.tools.values()]
+        overview = annotation_overview()
         prompt = system_prompt(overview=overview.counts, shapes=overview.shapes)
-        window = await in_thread(history_window)(
+        window = history_window(
             session_id=self.session_id,
             budget=history_budget(system=prompt, tools=specs),
             images=getattr(self.agent, "accepts_images", False),
         )
-        request = await in_thread(selectors.user_request_latest)(session_id=self.session_id)
+        request = selectors.user_request_latest(session_id=self.session_id)
         if window.left_out:
             prompt = f"{prompt}\n\n{LEFT_OUT_NOTE}"
-        return (
-            [{"role": "system", "content": prompt}, *window.messages],
-            AgentContext(overview=overview.counts, shapes=overview.shapes, request=request),
+        return _StepInputs(
+            toolset=toolset,
+            specs=specs,
+            history=[{"role": "system", "content": prompt}, *window.messages],
+            context=AgentContext(overview=overview.counts, shapes=overview.shapes, request=request),
         )
+
+    def _step_store(
+        self,
+        *,
+        text: str,
+        calls: list[ToolCallRequest],
+        usages: list[Usage],
+    ) -> "_StepStored":
+        """Store what a step's stream gave, in one trip to the database thread: the model's
+        reported usage, the assistant's message (completing its draft) and, when it has no
+        calls (the turn's answer), the message as the page shows it."""
+        self._usages_record(usages)
+        message = services.message_store(
+            session_id=self.session_id,
+            turn=self.turn,
+            role=Message.Role.ASSISTANT,
+            content=text,
+            draft_id=self.draft_id,
+            tool_calls=services.tool_calls_with_fresh_ids(
+                session_id=self.session_id,
+                calls=[
+                    wire.StoredToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls
+                ],
+            )
+            if calls
+            else [],
+        )
+        if not calls:
+            return _StepStored(message=message, shown=selectors.message_get(message_id=message.pk))
+        return _StepStored(message=message, shown=None)
+
+    def _usages_record(self, usages: list[Usage]) -> None:
+        for reported in usages:
+            usage.usage_record(
+                session_id=self.session_id,
+                turn=self.turn,
+                prompt_tokens=reported.prompt_tokens,
+                completion_tokens=reported.completion_tokens,
+            )
+
+    async def _toolset(self) -> client_tools.ClientToolset | None:
+        return await in_thread(selectors.client_toolset_of_session)(session_id=self.session_id)
 
     async def _ask(
         self,
@@ -596,9 +651,12 @@ class TurnRunner:
         context: AgentContext,
         *,
         stream: bool,
-    ) -> tuple[str, list[ToolCallRequest]]:
+    ) -> tuple[str, list[ToolCallRequest], list[Usage]]:
+        """One model request, streamed: its text, its calls and the usage it reported (stored
+        by the caller with the step's message; here only if the stream breaks)."""
         draft = _Draft(session_id=self.session_id, turn=self.turn)
         calls: list[ToolCallRequest] = []
+        usages: list[Usage] = []
         try:
             async for chunk in self.agent.stream(history=history, tools=specs, context=context):
                 if isinstance(chunk, TextDelta):
@@ -611,24 +669,22 @@ class TurnRunner:
                     if stream:
                         await self.sink.emit(wire.backend_thinking(chunk.text))
                 elif isinstance(chunk, Usage):
-                    await in_thread(usage.usage_record)(
-                        session_id=self.session_id,
-                        turn=self.turn,
-                        prompt_tokens=chunk.prompt_tokens,
-                        completion_tokens=chunk.completion_tokens,
-                    )
+                    usages.append(chunk)
                 else:
                     calls.append(chunk)
         except BaseException:
-            # The model failed, the turn was stopped: what was shown stays, cut off.
+            # The model failed, the turn was stopped: what was shown stays, cut off, and what
+            # the model reported it used is charged.
             if stream:
                 await asyncio.shield(draft.close(cut_off=True))
+            if usages:
+                await asyncio.shield(in_thread(self._usages_record)(usages))
             raise
         self.draft_id = await draft.close() if stream else None
         text = "".join(draft.parts)
         if stream and calls and text.strip():
             await self.sink.emit(wire.backend_thinking(text.strip()))
-        return text, calls
+        return text, calls, usages
 
     async def _process_calls(
         self,
@@ -868,7 +924,9 @@ class TurnRunner:
         )
         specs = [t.openai_spec() for t in tools]
         for _ in range(SUBTURN_MAX_STEPS):
-            text, calls = await self._ask(history, specs, context, stream=False)
+            text, calls, usages = await self._ask(history, specs, context, stream=False)
+            if usages:
+                await in_thread(self._usages_record)(usages)
             if not calls:
                 return text
             history.append(

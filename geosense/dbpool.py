@@ -7,36 +7,114 @@ until the busy timeout ran out (issue 15). Every engine call goes through this p
 the number of threads and database connections is `GEOSENSE_DB_THREADS` however many turns run;
 turns queue for a thread rather than for the database's lock.
 
-Connection hygiene is `channels.db.database_sync_to_async`'s: `close_old_connections()` before
-and after each call, so no connection outlives a call (`CONN_MAX_AGE = 0`, docs/deploy.md).
+Connections: a pool thread keeps its connection from one call to the next only while other
+calls wait for the pool (under load, opening a connection per call was a tenth of the process's
+time: connect, the SQLite pragmas, the schema read again), for at most
+`KEPT_CONNECTION_SECONDS`; a call that finds the pool idle behind it closes its connection, as
+`channels.db.database_sync_to_async` does, so an idle process holds none (`CONN_MAX_AGE = 0`,
+docs/deploy.md). A connection left unusable, in a transaction or outside autocommit by a call
+is closed at once, whatever the queue.
 """
 
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
-from channels.db import DatabaseSyncToAsync
+from asgiref.sync import SyncToAsync
 from django.conf import settings
+from django.db import close_old_connections, connections
 
-_pool: ThreadPoolExecutor | None = None
+# The longest a pool thread keeps one connection while calls queue (then it opens a new one).
+KEPT_CONNECTION_SECONDS = 60.0
+
+
+class _Pool(ThreadPoolExecutor):
+    """A thread pool that knows how many submitted calls have not started yet."""
+
+    def __init__(self, *, max_workers: int) -> None:
+        super().__init__(max_workers=max_workers, thread_name_prefix="db")
+        self._queued = 0
+        self._queued_lock = threading.Lock()
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
+        with self._queued_lock:
+            self._queued += 1
+        return super().submit(self._started, fn, *args, **kwargs)
+
+    def _started(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
+        with self._queued_lock:
+            self._queued -= 1
+        return fn(*args, **kwargs)
+
+
+_pool: _Pool | None = None
 _pool_lock = threading.Lock()
+# Per pool thread: database alias → (the connection kept, when it was opened).
+_opened = threading.local()
 
 
-def db_pool() -> ThreadPoolExecutor:
+def db_pool() -> _Pool:
     """The process's pool, made on first use with `GEOSENSE_DB_THREADS` threads."""
     global _pool
     if _pool is None:
         with _pool_lock:
             if _pool is None:
-                _pool = ThreadPoolExecutor(
-                    max_workers=settings.GEOSENSE_DB_THREADS, thread_name_prefix="db"
-                )
+                _pool = _Pool(max_workers=settings.GEOSENSE_DB_THREADS)
     return _pool
 
 
+def _connection_fit(conn: Any, now: float) -> bool:
+    """Whether the pool thread may keep this connection for its next call: back in
+    autocommit, outside any transaction, not failed, and not older than the limit."""
+    if conn.in_atomic_block or conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]:
+        return False
+    if conn.errors_occurred and not conn.is_usable():
+        return False
+    kept = getattr(_opened, "by_alias", {})
+    raw, opened = kept.get(conn.alias, (None, now))
+    if raw is not conn.connection:
+        opened = now
+    kept[conn.alias] = (conn.connection, opened)
+    _opened.by_alias = kept
+    return now - opened < KEPT_CONNECTION_SECONDS
+
+
+def connections_tidy(*, busy: bool) -> None:
+    """After a pool call: keep a fit connection while other calls wait (`busy`), else close
+    what Django's own hygiene closes (every connection, at `CONN_MAX_AGE = 0`)."""
+    if not busy:
+        close_old_connections()
+        return
+    now = time.monotonic()
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        if _connection_fit(conn, now):
+            conn.errors_occurred = False
+            conn.health_check_done = False  # checked again before its next use, as Django does
+        else:
+            conn.close()
+
+
+class _PoolSyncToAsync(SyncToAsync):
+    """`SyncToAsync` on the pool, with the pool's connection hygiene around each call."""
+
+    def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().thread_handler(loop, *args, **kwargs)
+        finally:
+            connections_tidy(busy=db_pool().queued > 0)
+
+
 def in_db_thread(function: Callable) -> Callable:
-    """`function` as a coroutine function that runs in the pool, connections closed around it.
+    """`function` as a coroutine function that runs in the pool (connections as above).
 
     Never for code that waits on the event loop (`async_to_sync`) or on another pool call: a
     full pool would wait on itself."""
-    return DatabaseSyncToAsync(function, thread_sensitive=False, executor=db_pool())
+    return _PoolSyncToAsync(function, thread_sensitive=False, executor=db_pool())

@@ -1,0 +1,75 @@
+"""What one turn costs the process's database thread (issue 15, throughput): the engine's trips
+to the pool and the SQL statements it runs, counted for a turn with one served client-tool call
+and a text-only turn, so that a change that adds trips or statements per turn shows here."""
+
+import threading
+
+import pytest
+from django.db.backends import utils as db_utils
+
+from geosense import dbpool
+from tests.chat.test_consumer_turns import frames_until, is_invoke, start_turn, tab
+from tests.client_tools import LOCATION
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+
+class Costs:
+    """Pool trips and SQL statements (any thread) while counting."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.trips = 0
+        self.statements: list[str] = []
+        self._lock = threading.Lock()
+        submit, execute = dbpool._Pool.submit, db_utils.CursorWrapper._execute
+
+        def counted_submit(pool, fn, /, *args, **kwargs):
+            with self._lock:
+                self.trips += 1
+            return submit(pool, fn, *args, **kwargs)
+
+        def counted_execute(cursor, sql, params, *ignored):
+            with self._lock:
+                self.statements.append(sql[:150])
+            return execute(cursor, sql, params, *ignored)
+
+        monkeypatch.setattr(dbpool._Pool, "submit", counted_submit)
+        monkeypatch.setattr(db_utils.CursorWrapper, "_execute", counted_execute)
+
+
+async def test_a_turn_with_one_served_client_call_costs_few_pool_trips_and_statements(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    openai_agent.reply_text("Warm.")  # the process's first turn builds what later ones share
+    assert (await start_turn(client, trusted_caller, "hello")).names()[-1] == "turn_end"
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    openai_agent.reply_text("Here.")
+    ws = await tab(trusted_caller, [LOCATION])
+    costs = Costs(monkeypatch)
+    turn = start_turn(client, trusted_caller, "where am I?")
+    invoke = (await frames_until(ws, is_invoke))[-1]
+    await ws.send_json_to(
+        {
+            "type": "client-tool-result",
+            "correlationId": invoke["correlationId"],
+            "result": {"status": "GRANTED"},
+        }
+    )
+    out = await turn
+    await ws.disconnect()
+    assert out.names()[-1] == "turn_end"
+    # The claim and the user's message; each of the two steps' reads, then its message; the
+    # call's result; the end (repair, release). It was 22 trips, one per ORM call.
+    assert costs.trips == 7, costs.trips
+
+
+async def test_a_text_turn_costs_few_pool_trips_and_statements(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    openai_agent.reply_text("Warm.")
+    assert (await start_turn(client, trusted_caller, "hello")).names()[-1] == "turn_end"
+    openai_agent.reply_text("Hello.")
+    costs = Costs(monkeypatch)
+    out = await start_turn(client, trusted_caller, "hello")
+    assert out.names()[-1] == "turn_end"
+    assert costs.trips == 4, costs.trips  # it was 12
