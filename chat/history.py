@@ -62,6 +62,9 @@ def history_budget(*, system: str, tools: Sequence[dict[str, Any]]) -> int:
 class HistoryWindow:
     messages: list[dict[str, Any]]  # OpenAI chat format, oldest first, no system message
     left_out: bool  # older turns exist that are not in `messages`
+    # The newest user message as stored, with its contexts [(artifact_id, kind, data)], read
+    # with the window (the step's request need not be read again); None if not among the rows.
+    latest_user: tuple[str, list[tuple[str, str, Any]]] | None = None
 
 
 def image_data_url(value: Any) -> str | None:
@@ -216,6 +219,7 @@ class _Gather:
     images: bool
     turns: list[list[dict[str, Any]]]
     used: int = 0
+    latest_user: tuple[str, list[tuple[str, str, Any]]] | None = None
 
     def take(self, rows: list[_Row], contexts: dict[int, list[tuple[str, str, Any]]]) -> bool:
         """Add one turn (`rows` newest first); False when it does not fit (nothing added)."""
@@ -253,6 +257,10 @@ def history_window(*, session_id: object, budget: int, images: bool = False) -> 
     while True:
         batch = _rows_before(session_id, before)
         contexts.update(contexts_of_messages(r.id for r in batch if r.role == Message.Role.USER))
+        if gather.latest_user is None:
+            newest = next((r for r in batch if r.role == Message.Role.USER), None)
+            if newest is not None:
+                gather.latest_user = (newest.text, contexts.get(newest.id, []))
         for row in batch:
             if turn_rows and row.turn != turn_rows[-1].turn:
                 if not gather.take(turn_rows, contexts):
@@ -269,5 +277,7 @@ def history_window(*, session_id: object, budget: int, images: bool = False) -> 
 
 def _window(gather: _Gather, *, left_out: bool) -> HistoryWindow:
     return HistoryWindow(
-        messages=[entry for turn in reversed(gather.turns) for entry in turn], left_out=left_out
+        messages=[entry for turn in reversed(gather.turns) for entry in turn],
+        left_out=left_out,
+        latest_user=gather.latest_user,
     )

@@ -237,6 +237,16 @@ def message_get(*, message_id: int) -> MessageData:
     return message_serialize(message)
 
 
+def message_fresh_serialize(message: Message) -> MessageData:
+    """`message_serialize` of a message without calls that was just stored: no pause can refer
+    to it, so none is read (a turn's answer, shown as it is stored)."""
+    message._prefetched_objects_cache = {
+        "approvals": Approval.objects.none(),
+        "pending_decisions": PendingDecision.objects.none(),
+    }
+    return message_serialize(message)
+
+
 def artifacts_map(
     *, session_id: object, artifact_ids: Iterable[str] | None = None
 ) -> dict[str, Any]:
@@ -448,8 +458,17 @@ def user_request_latest(*, session_id: object) -> UserRequest:
     )
     if message is None:
         return UserRequest(text="", contexts=())
-    contexts = tuple(
-        AttachedContext(type=kind, artifact_id=artifact_id, data=data)
-        for artifact_id, kind, data in contexts_of_messages([message.pk]).get(message.pk, [])
+    return user_request_of(
+        text=message.content, contexts=contexts_of_messages([message.pk]).get(message.pk, [])
     )
-    return UserRequest(text=message.content, contexts=contexts)
+
+
+def user_request_of(*, text: str, contexts: list[tuple[str, str, Any]]) -> UserRequest:
+    """A user message's text and its contexts [(artifact_id, kind, data)] as a request."""
+    return UserRequest(
+        text=text,
+        contexts=tuple(
+            AttachedContext(type=kind, artifact_id=artifact_id, data=data)
+            for artifact_id, kind, data in contexts
+        ),
+    )

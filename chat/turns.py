@@ -402,6 +402,9 @@ class TurnRunner:
     sink: EventSink
     agent: Agent
     stopped: bool = False  # the person stopped it (`turn_stop`): its cancellation is theirs
+    # The turn ran to its answer or its pause: no call of it is left without a result, so its
+    # end has nothing to repair (a failure or a stop leaves that to `history_repair`).
+    settled: bool = False
     # The stored draft of the step that just streamed (`_ask`), completed by its message.
     draft_id: int | None = None
     # Results stored in this turn per tool name (the per-turn bound of client tools): none for
@@ -423,8 +426,10 @@ class TurnRunner:
             await self.sink.emit(wire.turn_start(session=self.session_id, turn=self.turn))
             if self.prepared.resume_message_id is not None:
                 if await self._resume() is CallOutcome.PAUSED:
+                    self.settled = True
                     return
             await self._loop()
+            self.settled = True
         except asyncio.CancelledError:
             if self.stopped:
                 await asyncio.shield(self._stopped_note())
@@ -462,13 +467,15 @@ class TurnRunner:
             logger.exception("could not emit turn_end")
 
     def _repair_and_release(self) -> None:
-        """The end of the turn in the database, in one trip to its thread: every call given
-        a result (a repair the database refuses is left to the next turn's preparation), then
+        """The end of the turn in the database, in one trip to its thread: unless the turn
+        settled (every call of it answered, or waiting on its pause), every call given a
+        result (a repair the database refuses is left to the next turn's preparation), then
         the claim released (a refusal raises: the caller retries it)."""
-        try:
-            services.history_repair(session_id=self.session_id)
-        except OperationalError as exc:
-            logger.warning("turn %s#%s: repair deferred: %s", self.session_id, self.turn, exc)
+        if not self.settled:
+            try:
+                services.history_repair(session_id=self.session_id)
+            except OperationalError as exc:
+                logger.warning("turn %s#%s: repair deferred: %s", self.session_id, self.turn, exc)
         services.session_release(session_id=self.session_id)
 
     async def _stopped_note(self) -> None:
@@ -592,7 +599,11 @@ class TurnRunner:
             budget=history_budget(system=prompt, tools=specs),
             images=getattr(self.agent, "accepts_images", False),
         )
-        request = selectors.user_request_latest(session_id=self.session_id)
+        request = (
+            selectors.user_request_of(text=window.latest_user[0], contexts=window.latest_user[1])
+            if window.latest_user is not None
+            else selectors.user_request_latest(session_id=self.session_id)
+        )
         if window.left_out:
             prompt = f"{prompt}\n\n{LEFT_OUT_NOTE}"
         return _StepInputs(
@@ -629,7 +640,7 @@ class TurnRunner:
             else [],
         )
         if not calls:
-            return _StepStored(message=message, shown=selectors.message_get(message_id=message.pk))
+            return _StepStored(message=message, shown=selectors.message_fresh_serialize(message))
         return _StepStored(message=message, shown=None)
 
     def _usages_record(self, usages: list[Usage]) -> None:

@@ -30,7 +30,7 @@ class Costs:
 
         def counted_execute(cursor, sql, params, *ignored):
             with self._lock:
-                self.statements.append(sql[:150])
+                self.statements.append(sql[:80])
             return execute(cursor, sql, params, *ignored)
 
         monkeypatch.setattr(dbpool._Pool, "submit", counted_submit)
@@ -59,8 +59,10 @@ async def test_a_turn_with_one_served_client_call_costs_few_pool_trips_and_state
     await ws.disconnect()
     assert out.names()[-1] == "turn_end"
     # The claim and the user's message; each of the two steps' reads, then its message; the
-    # call's result; the end (repair, release). It was 22 trips, one per ORM call.
-    assert costs.trips == 7, costs.trips
+    # call's result; the end (the release). It was 22 trips, one per ORM call, and 56
+    # statements (the request's own and the socket's closing included).
+    assert costs.trips <= 7, costs.trips
+    assert len(costs.statements) <= 45, costs.statements
 
 
 async def test_a_text_turn_costs_few_pool_trips_and_statements(
@@ -72,4 +74,5 @@ async def test_a_text_turn_costs_few_pool_trips_and_statements(
     costs = Costs(monkeypatch)
     out = await start_turn(client, trusted_caller, "hello")
     assert out.names()[-1] == "turn_end"
-    assert costs.trips == 4, costs.trips  # it was 12
+    assert costs.trips <= 4, costs.trips  # it was 12
+    assert len(costs.statements) <= 28, costs.statements  # it was 37
