@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
 
@@ -181,11 +181,21 @@ async def _local_send(session_id: object, event: TurnEvent, *, seq: int) -> list
     return delivered
 
 
+def _layer_reaches_more(layer: Any, group: str, delivered: list[str]) -> bool:
+    """Whether the layer has a member of the group the event was not handed to directly. The
+    in-memory layer's members are all of this process (each was handed the event, unless it
+    is on another event loop); its `group_send` would also sweep every channel and group of
+    the process for expired entries, per event. Any other layer may reach other processes."""
+    if isinstance(layer, InMemoryChannelLayer):
+        return any(name not in delivered for name in layer.groups.get(group, {}))
+    return True
+
+
 async def _group_send(
     session_id: object, event: TurnEvent, delivered: list[str], *, seq: int
 ) -> None:
     layer = get_channel_layer()
-    if layer is None:
+    if layer is None or not _layer_reaches_more(layer, session_group(session_id), delivered):
         return
     try:
         await layer.group_send(

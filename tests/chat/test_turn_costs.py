@@ -1,14 +1,17 @@
 """What one turn costs the process's database thread (issue 15, throughput): the engine's trips
 to the pool and the SQL statements it runs, counted for a turn with one served client-tool call
-and a text-only turn, so that a change that adds trips or statements per turn shows here."""
+and a text-only turn, so that a change that adds trips or statements per turn shows here; and
+what an event costs when every socket it goes to is served directly."""
 
 import threading
 
 import pytest
+from channels.layers import get_channel_layer
 from django.db.backends import utils as db_utils
 
+from chat.events import session_group
 from geosense import dbpool
-from tests.chat.test_consumer_turns import frames_until, is_invoke, start_turn, tab
+from tests.chat.test_consumer_turns import frames_until, is_invoke, is_turn_end, start_turn, tab
 from tests.client_tools import LOCATION
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -76,3 +79,34 @@ async def test_a_text_turn_costs_few_pool_trips_and_statements(
     assert out.names()[-1] == "turn_end"
     assert costs.trips <= 4, costs.trips  # it was 12
     assert len(costs.statements) <= 28, costs.statements  # it was 37
+
+
+async def test_events_for_sockets_all_served_directly_skip_the_in_memory_layer(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """Every socket of the in-memory layer is of this process and handed each event directly:
+    its `group_send` (which also sweeps every channel and group of the process, per event) is
+    left out, and the socket still sees the whole turn once. A member that was not handed the
+    event (another event loop's socket) still gets it through the layer."""
+    layer = get_channel_layer()
+    sent: list[str] = []
+    real = layer.group_send
+
+    async def counted(group, message):
+        sent.append(group)
+        await real(group, message)
+
+    monkeypatch.setattr(layer, "group_send", counted)
+    openai_agent.reply_text("Hello.")
+    ws = await tab(trusted_caller)
+    out = await start_turn(client, trusted_caller, "hello")
+    frames = await frames_until(ws, is_turn_end)
+    assert out.names()[-1] == "turn_end"
+    assert [f["event"] for f in frames if f["type"] == "event"] == out.names()
+    assert sent == []
+    await layer.group_add(session_group(trusted_caller.session.pk), "specific.elsewhere!1")
+    openai_agent.reply_text("Again.")
+    out = await start_turn(client, trusted_caller, "again")
+    await frames_until(ws, is_turn_end)
+    await ws.disconnect()
+    assert len(sent) == len(out.names())
