@@ -1,0 +1,54 @@
+"""The turn engine's database pool (geosense/dbpool.py): a thread keeps its connection only while
+other calls wait for the pool, and closes it (Django's hygiene, `CONN_MAX_AGE = 0`) when the
+pool is idle behind it, or at once when a call left it unfit."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+
+from geosense import dbpool
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+
+async def test_a_pool_thread_keeps_its_connection_while_calls_queue_and_closes_it_when_idle(
+    monkeypatch,
+):
+    idle_closes: list[int] = []
+    monkeypatch.setattr(dbpool, "close_old_connections", lambda: idle_closes.append(1))
+    gate = threading.Event()
+    seen: list[object] = []
+
+    def query(wait: bool) -> None:
+        if wait:
+            gate.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        seen.append(connection.connection)
+
+    pool = dbpool.db_pool()
+    assert pool._max_workers == 1  # SQLite: one thread
+    calls = [asyncio.ensure_future(dbpool.in_db_thread(query)(i == 0)) for i in range(3)]
+    while pool.queued < 2:  # noqa: ASYNC110 (a thread pool's count: no event to await)
+        await asyncio.sleep(0.01)
+    gate.set()  # the first call held the thread while the two others queued
+    await asyncio.gather(*calls)
+    assert len(set(map(id, seen))) == 1  # one connection for the three calls
+    assert idle_closes == [1]  # closed after the last only
+
+
+async def test_a_connection_in_a_transaction_or_too_old_is_not_kept():
+    def fitness() -> tuple[bool, bool, bool]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        now = time.monotonic()
+        with transaction.atomic():
+            inside = dbpool._connection_fit(connection, now)
+        outside = dbpool._connection_fit(connection, now)
+        aged = dbpool._connection_fit(connection, now + dbpool.KEPT_CONNECTION_SECONDS + 1)
+        return inside, outside, aged
+
+    assert await dbpool.in_db_thread(fitness)() == (False, True, False)
