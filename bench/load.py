@@ -71,7 +71,8 @@ SOCKET_ERRORS: dict[str, int] = {}
 # --- the scripted model (a process of its own) ------------------------------------------------
 
 
-def fake_main(port_file: str) -> None:
+def scripted_fake() -> Any:
+    """The scripted model, started: text-only turns, a tool call, or the final text."""
     from tests.fakes.fake_openai import FakeOpenAI, Response, Text, ToolCalls
 
     class Scripted(FakeOpenAI):
@@ -86,7 +87,11 @@ def fake_main(port_file: str) -> None:
             call = (f"call_{uuid.uuid4().hex[:12]}", "bench_echo", {"i": 1})
             return Response(steps=(ToolCalls((call,), argument_chunks=1),))
 
-    fake = Scripted().start()
+    return Scripted().start()
+
+
+def fake_main(port_file: str) -> None:
+    fake = scripted_fake()
     Path(port_file).write_text(fake.base_url)
     while True:
         time.sleep(3600)

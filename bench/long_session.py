@@ -21,6 +21,9 @@ Reported, medians over the runs, for the long session's turns and the short sess
 - B's socket echo and API call: the slowest during the turn, against B's median with no turn.
 "A turn in a 4,000-message session adds under 5 ms of event-loop time for every other user":
 the long session's longest callback and B's worst added wait, next to the short session's.
+Also, over every served call of these turns: the engine's handling of the call whole, its
+round trip alone, and the difference ("a served call inside a real turn adds under 2 ms
+beyond the round trip": the client_tool_call event, the bound per turn, the result stored).
 """
 
 from __future__ import annotations
@@ -233,6 +236,18 @@ def report(alone: dict, probed: dict, loop: list, probes: Probes) -> dict:
     return out
 
 
+def served_figures(served: list[list[float]]) -> dict[str, float]:
+    """Medians over every served call of the bench's turns (long and short sessions)."""
+    return {
+        "calls": len(served),
+        "in_turn_ms": statistics.median(whole for whole, _ in served) * 1000,
+        "round_trip_ms": statistics.median(trip for _, trip in served) * 1000,
+        "added_ms": statistics.median(whole - trip for whole, trip in served) * 1000,
+        "added_p90_ms": sorted(whole - trip for whole, trip in served)[int(0.9 * len(served))]
+        * 1000,
+    }
+
+
 def profile_print(files: list[Path]) -> None:
     import pstats
 
@@ -264,7 +279,11 @@ def main() -> None:
             users = session_seed(tree, env, args.messages)
             while not port_file.exists() or not port_file.read_text():
                 time.sleep(0.05)
-            env.update(GEOSENSE_LLM_BASE_URL=port_file.read_text(), GEOSENSE_LLM_MODEL="fake")
+            env.update(
+                GEOSENSE_LLM_BASE_URL=port_file.read_text(),
+                GEOSENSE_LLM_MODEL="fake",
+                LOOPWATCH_SERVED="1",
+            )
             port = load.free_port()
             server = subprocess.Popen(
                 [sys.executable, str(BENCH / "loopwatch.py"), str(loop_file),
@@ -286,6 +305,7 @@ def main() -> None:
                 time.sleep(0.05)
             watched = json.loads(loop_file.read_text())
             result = report(alone, probed, watched["callbacks"], probes)
+            result["served_call"] = served_figures(watched["served"])
             if args.profile:
                 profile_print(sorted(work.glob("loop.json.prof-*")))
             if args.stacks:

@@ -7,7 +7,8 @@ timed by wrapping `asyncio.events.Handle._run`; those of at least `MIN_SECONDS` 
 (start, wall time, CPU time of the loop thread) on the shared monotonic clock, so a bench in another process can tell which
 ran during a window it timed. A thread samples the loop thread's stack once per callback that runs past 4 ms (what held the
 loop). SIGUSR1 writes both to OUT_FILE as JSON (and starts afresh); SIGUSR2 starts a cProfile
-of the loop thread, and the next SIGUSR2 writes it to OUT_FILE.prof-N.
+of the loop thread, and the next SIGUSR2 writes it to OUT_FILE.prof-N. With LOOPWATCH_SERVED=1
+each served client-tool call of a turn is timed whole and its round trip apart.
 The wrapper costs about a microsecond per callback, the same for every tree measured.
 """
 
@@ -80,7 +81,9 @@ def _dump_on_signal(out: Path) -> None:
         stacks = sorted(_stacks.items(), key=lambda item: -item[1])
         _stacks.clear()
         tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"callbacks": kept, "stacks": stacks}))
+        served = _served[:]
+        del _served[: len(served)]
+        tmp.write_text(json.dumps({"callbacks": kept, "stacks": stacks, "served": served}))
         tmp.replace(out)
 
     signal.signal(signal.SIGUSR1, dump)
@@ -99,11 +102,46 @@ def _dump_on_signal(out: Path) -> None:
     signal.signal(signal.SIGUSR2, profile)
 
 
+# With LOOPWATCH_SERVED=1, per served client-tool call of a turn: the engine's whole handling
+# (`TurnRunner._client_call`: the client_tool_call event, the bound per turn, the round trip,
+# the result stored with the lease) and its round trip alone (`client_tool_request`).
+_served: list[tuple[float, float]] = []
+
+
+def _served_calls_timed() -> None:
+    import django
+
+    django.setup()
+    from chat import turns
+    from tools import client
+
+    request, handle = client.client_tool_request, turns.TurnRunner._client_call
+    last = [0.0]
+
+    async def timed_request(**kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await request(**kwargs)
+        finally:
+            last[0] = time.perf_counter() - started
+
+    async def timed_handle(self: Any, *args: Any) -> Any:
+        started = time.perf_counter()
+        outcome = await handle(self, *args)
+        _served.append((time.perf_counter() - started, last[0]))
+        return outcome
+
+    client.client_tool_request = timed_request  # type: ignore[assignment]
+    turns.TurnRunner._client_call = timed_handle  # type: ignore[method-assign]
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     sys.argv = ["daphne", *sys.argv[2:]]
     sys.path.insert(0, os.getcwd())
     _watch()
+    if os.environ.get("LOOPWATCH_SERVED"):
+        _served_calls_timed()
     threading.Thread(target=_sampler, args=(threading.get_ident(),), daemon=True).start()
     _dump_on_signal(out)
     from daphne.cli import CommandLineInterface
