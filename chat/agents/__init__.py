@@ -26,6 +26,7 @@ __all__ = [
     "ToolCallRequest",
     "Usage",
     "UserRequest",
+    "agent_code_import",
     "agent_configured",
     "agents_close",
 ]
@@ -54,6 +55,14 @@ def agent_configured() -> Agent:
     from .local import LocalAgent
 
     return LocalAgent()
+
+
+def agent_code_import() -> None:
+    """Import the configured agent's code as the process starts (`geosense/asgi.py`): the
+    `openai` package takes about a second of CPU to import, which the first turn after every
+    start would otherwise spend on the event loop, every user of the process waiting."""
+    if settings.GEOSENSE_AGENT == "openai":
+        from . import openai  # noqa: F401
 
 
 async def agents_close() -> None:

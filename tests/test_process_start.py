@@ -1,0 +1,48 @@
+"""What a Daphne process does before it serves: nothing costly is left for the first request.
+
+Importing the `openai` package takes about a second of CPU. Left to the first turn after a
+start, it ran on the event loop: every user of the process waited, and a process restarted
+after a crash took its sessions' next message seconds late (`bench/recovery.py`).
+"""
+
+import subprocess
+import sys
+
+from tests.browser.daphne_server import BASE_DIR, manage, server_env
+
+PROBE = """
+import sys
+import geosense.asgi  # what Daphne imports before it listens
+print("chat.agents.openai" in sys.modules, "openai" in sys.modules)
+from django.urls import get_resolver
+print("url_patterns" in vars(get_resolver()))  # a cached_property, kept once read
+"""
+
+
+def _imported_at_start(tmp_path, agent: str) -> list[str]:
+    env = server_env(
+        db_path=tmp_path / "db.sqlite3",
+        extra={"GEOSENSE_AGENT": agent, "GEOSENSE_INDEX_WARM": "0"},
+    )
+    manage("migrate", "--noinput", env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return result.stdout.split()
+
+
+def test_the_openai_agent_is_imported_before_the_process_serves(tmp_path):
+    agent_module, package, urls_resolved = _imported_at_start(tmp_path, "openai")
+    assert (agent_module, package) == ("True", "True")
+    assert urls_resolved == "True", "the first request would import every view module"
+
+
+def test_the_local_agent_does_not_import_the_openai_package(tmp_path):
+    agent_module, package, _urls = _imported_at_start(tmp_path, "local")
+    assert (agent_module, package) == ("False", "False")
