@@ -22,13 +22,11 @@ def _until(page, expression: str, seconds: float = 20) -> None:
     raise AssertionError(f"not true within {seconds} s: {expression}")
 
 
-def test_the_chat_page_runs_under_its_csp_without_a_violation(browser, daphne_server_factory):
-    # A server of its own (the default setting spelled out makes it distinct). On the server
-    # every walk shares, run last, its first message went unanswered twice in CI: the busy
-    # server's "New conversation" panel came back after the walk had typed (or sent) in the
-    # panel it replaced (fixed in the page: panel-swaps.js, test_chat_switch_race.py; the walk
-    # now waits for the panel). Back on the shared server once a full run there has passed.
-    daphne_server = daphne_server_factory({"GEOSENSE_CLIENT_TOOL_TIMEOUT": "30"})
+def test_the_chat_page_runs_under_its_csp_without_a_violation(browser, daphne_server):
+    # On the server every walk shares, run last: its first message once went unanswered in CI
+    # when the busy server's "New conversation" panel came back after the walk had typed (or
+    # sent) in the panel it replaced (fixed in the page: panel-swaps.js,
+    # test_chat_switch_race.py; the walk now waits for the panel).
     context = browser.new_context(base_url=daphne_server.url, bypass_csp=False)
     violations: list[str] = []
     context.add_init_script(
