@@ -7,10 +7,12 @@ until the busy timeout ran out (issue 15). Every engine call goes through this p
 the number of threads and database connections is `GEOSENSE_DB_THREADS` however many turns run;
 turns queue for a thread rather than for the database's lock.
 
-Connections: a pool thread keeps its connection from one call to the next only while other
-calls wait for the pool (under load, opening a connection per call was a tenth of the process's
-time: connect, the SQLite pragmas, the schema read again), for at most
-`KEPT_CONNECTION_SECONDS`; a call that finds the pool idle behind it closes its connection, as
+Connections: in a pool of one thread (SQLite's), the thread keeps its connection from one call
+to the next only while other calls wait for the pool (under load, opening a connection per call
+was a tenth of the process's time: connect, the SQLite pragmas, the schema read again), for at
+most `KEPT_CONNECTION_SECONDS`. A pool of several threads (PostgreSQL's) closes after every
+call: a waiting call may start on another thread, and the thread that kept its connection for
+it could then stay idle with the connection open. A call that finds the pool idle closes, as
 `channels.db.database_sync_to_async` does, so an idle process holds none (`CONN_MAX_AGE = 0`,
 docs/deploy.md). A connection left unusable, in a transaction or outside autocommit by a call
 is closed at once, whatever the queue.
@@ -41,6 +43,11 @@ class _Pool(ThreadPoolExecutor):
     @property
     def queued(self) -> int:
         return self._queued
+
+    @property
+    def single(self) -> bool:
+        """One thread: a waiting call is sure to run on the thread that finished."""
+        return self._max_workers == 1
 
     def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
         with self._queued_lock:
@@ -109,7 +116,8 @@ class _PoolSyncToAsync(SyncToAsync):
         try:
             return super().thread_handler(loop, *args, **kwargs)
         finally:
-            connections_tidy(busy=db_pool().queued > 0)
+            pool = db_pool()
+            connections_tidy(busy=pool.single and pool.queued > 0)
 
 
 def in_db_thread(function: Callable) -> Callable:

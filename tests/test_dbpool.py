@@ -52,3 +52,27 @@ async def test_a_connection_in_a_transaction_or_too_old_is_not_kept():
         return inside, outside, aged
 
     assert await dbpool.in_db_thread(fitness)() == (False, True, False)
+
+
+async def test_a_pool_of_several_threads_closes_after_every_call(monkeypatch):
+    """A waiting call may start on another thread; the one that finished would otherwise keep
+    its connection open while it idles (PostgreSQL showed an idle connection after the turns)."""
+    idle_closes: list[int] = []
+    monkeypatch.setattr(dbpool, "close_old_connections", lambda: idle_closes.append(1))
+    monkeypatch.setattr(dbpool, "_pool", dbpool._Pool(max_workers=2))
+    gate = threading.Event()
+
+    def query(wait: bool) -> None:
+        if wait:
+            gate.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+
+    pool = dbpool.db_pool()
+    calls = [asyncio.ensure_future(dbpool.in_db_thread(query)(i < 2)) for i in range(4)]
+    while pool.queued < 2:  # noqa: ASYNC110 (a thread pool's count: no event to await)
+        await asyncio.sleep(0.01)
+    gate.set()  # both threads were held while two calls queued
+    await asyncio.gather(*calls)
+    pool.shutdown(wait=True)
+    assert idle_closes == [1, 1, 1, 1]
