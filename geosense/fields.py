@@ -28,14 +28,28 @@ def nul_free(value: Any) -> Any:
     return value
 
 
-class NulFreeTextField(models.TextField):
+class _NulFreeString:
+    """Text with its NULs replaced on the way in, and on the instance saved too: what is
+    serialised from the object after its save (a turn's final answer sent as it was stored)
+    must be what the database holds, not the NUL it never got."""
+
     def get_prep_value(self, value: Any) -> Any:
         return nul_free(super().get_prep_value(value))
 
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        value = super().pre_save(model_instance, add)
+        if isinstance(value, str) and NUL in value:
+            value = nul_free(value)
+            setattr(model_instance, self.attname, value)
+        return value
 
-class NulFreeCharField(models.CharField):
-    def get_prep_value(self, value: Any) -> Any:
-        return nul_free(super().get_prep_value(value))
+
+class NulFreeTextField(_NulFreeString, models.TextField):
+    pass
+
+
+class NulFreeCharField(_NulFreeString, models.CharField):
+    pass
 
 
 # What orjson would write differently from `json.dumps` (datetimes, dataclasses, str subclasses

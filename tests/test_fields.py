@@ -40,6 +40,18 @@ def test_a_message_and_an_artifact_with_nul_are_stored_with_the_replacement_char
     assert Artifact.objects.get().data == {"k\ufffd": "v\ufffd"}
 
 
+@pytest.mark.django_db
+def test_a_saved_message_holds_what_was_stored(django_user_model):
+    """A turn's final answer is serialised from the saved object (not read again): on
+    PostgreSQL the answer streamed with its NUL while the transcript had the replacement."""
+    session = ChatSession.objects.create(user=django_user_model.objects.create(username="u"))
+    message = Message.objects.create(session=session, role="assistant", content="Found\x00 you.")
+    assert message.content == "Found\ufffd you."
+    message.content = "again\x00"
+    message.save(update_fields=["content"])
+    assert message.content == "again\ufffd"
+
+
 def test_json_text_reads_back_as_json_dumps_would_write_it():
     from enum import StrEnum
 
