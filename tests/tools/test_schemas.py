@@ -133,8 +133,10 @@ async def test_validation_runs_off_the_event_loop_which_keeps_running():
     problem = await validation_problem(schema=costly.schema, value=costly.value)
     beating.cancel()
     assert "could not be checked" in problem
-    # 0.25 s of checking; a blocked loop would have beaten at most once.
-    assert beats >= 10
+    # 0.25 s of checking; a blocked loop would have beaten at most once. How often it beats
+    # meanwhile depends on how the checking thread and the loop share the GIL (7 in one CI
+    # run, where 10 was asked): a few beats are the proof the loop kept running.
+    assert beats >= 3
 
 
 def test_one_compiled_validator_serves_every_copy_of_a_schema():
