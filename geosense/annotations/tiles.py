@@ -130,20 +130,55 @@ class _Selection:
     bounds: np.ndarray
 
 
+class TileMemo:
+    """What a tile backend keeps in its process: ETags by (revision, z, x, y), the oldest
+    dropped past `tags_kept`, and drawn tiles by ETag, the least recently used dropped past
+    `cache_bytes`. A revision names the whole live set, so neither can go stale."""
+
+    def __init__(self, *, cache_bytes: int, tags_kept: int) -> None:
+        self.cache_bytes = cache_bytes
+        self.tags_kept = tags_kept
+        self._tiles: OrderedDict[str, bytes] = OrderedDict()
+        self._tiles_bytes = 0
+        self._tags: OrderedDict[tuple[str, str, int, int, int], str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def tag(self, revision: str, z: int, x: int, y: int) -> str | None:
+        with self._lock:
+            return self._tags.get((ENCODING_VERSION, revision, z, x, y))
+
+    def tag_keep(self, revision: str, z: int, x: int, y: int, tag: str) -> None:
+        with self._lock:
+            self._tags[(ENCODING_VERSION, revision, z, x, y)] = tag
+            while len(self._tags) > self.tags_kept:
+                self._tags.popitem(last=False)
+
+    def tile(self, tag: str | None) -> bytes | None:
+        with self._lock:
+            if tag not in self._tiles:
+                return None
+            self._tiles.move_to_end(tag)
+            return self._tiles[tag]
+
+    def tile_keep(self, tag: str, data: bytes) -> None:
+        with self._lock:
+            if tag in self._tiles:
+                return
+            self._tiles[tag] = data
+            self._tiles_bytes += len(data)
+            while self._tiles_bytes > self.cache_bytes and self._tiles:
+                self._tiles_bytes -= len(self._tiles.popitem(last=False)[1])
+
+
 class IndexTileBackend:
     """Tiles drawn from the in-process spatial index, the last ones kept by ETag."""
 
     def __init__(self, *, cache_bytes: int = 64 * 2**20, tags_kept: int = 50_000) -> None:
-        self.cache_bytes = cache_bytes
-        self.tags_kept = tags_kept
-        self._cache: OrderedDict[str, bytes] = OrderedDict()
-        self._cached_bytes = 0
-        # ETags (and the metadata) by the index's revision: a revision names the whole live set,
-        # so they cannot go stale. A low-zoom tile's tag digests every id it holds (~0.2-0.5 s
-        # at a million annotations): without the memo a tile served from the cache paid that.
-        self._tags: OrderedDict[tuple[str, str, int, int, int], str] = OrderedDict()
+        # ETags (and the metadata) by the index's revision: a low-zoom tile's tag digests every
+        # id it holds (~0.2-0.5 s at a million annotations): without the memo a tile served
+        # from the cache paid that.
+        self.memo = TileMemo(cache_bytes=cache_bytes, tags_kept=tags_kept)
         self._metadata: TileSetMetadata | None = None
-        self._lock = threading.Lock()
 
     def metadata(self) -> TileSetMetadata:
         index = spatial_index()
@@ -175,37 +210,23 @@ class IndexTileBackend:
         return self._known_tag(index, z, x, y) or self._tag(index, z, x, y, _select(index, z, x, y))
 
     def _known_tag(self, index: SpatialIndex, z: int, x: int, y: int) -> str | None:
-        with self._lock:
-            return self._tags.get((ENCODING_VERSION, index.revision, z, x, y))
+        return self.memo.tag(index.revision, z, x, y)
 
     def _tag(self, index: SpatialIndex, z: int, x: int, y: int, selections: list) -> str:
         tag = _etag(index, z, x, y, selections)
-        with self._lock:
-            self._tags[(ENCODING_VERSION, index.revision, z, x, y)] = tag
-            while len(self._tags) > self.tags_kept:
-                self._tags.popitem(last=False)
+        self.memo.tag_keep(index.revision, z, x, y, tag)
         return tag
 
     def render(self, z: int, x: int, y: int) -> bytes:
         index = spatial_index()
-        tag = self._known_tag(index, z, x, y)
-        with self._lock:
-            if tag in self._cache:
-                self._cache.move_to_end(tag)
-                return self._cache[tag]
+        if (kept := self.memo.tile(self._known_tag(index, z, x, y))) is not None:
+            return kept
         selections = _select(index, z, x, y)
         tag = self._tag(index, z, x, y, selections)
-        with self._lock:
-            if tag in self._cache:
-                self._cache.move_to_end(tag)
-                return self._cache[tag]
+        if (kept := self.memo.tile(tag)) is not None:
+            return kept
         data = _render(index, z, x, y, selections)
-        with self._lock:
-            if tag not in self._cache:
-                self._cache[tag] = data
-                self._cached_bytes += len(data)
-                while self._cached_bytes > self.cache_bytes and self._cache:
-                    self._cached_bytes -= len(self._cache.popitem(last=False)[1])
+        self.memo.tile_keep(tag, data)
         return data
 
 

@@ -24,8 +24,6 @@ per-process cache, as the index's backend does.
 
 import gzip
 import hashlib
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from django.db import connection, transaction
@@ -161,12 +159,7 @@ class PostgisTileBackend:
     """
 
     def __init__(self, *, cache_bytes: int = 64 * 2**20, tags_kept: int = 50_000) -> None:
-        self.cache_bytes = cache_bytes
-        self.tags_kept = tags_kept
-        self._cache: OrderedDict[str, bytes] = OrderedDict()
-        self._cached_bytes = 0
-        self._tags: OrderedDict[tuple[str, str, int, int, int], str] = OrderedDict()
-        self._lock = threading.Lock()
+        self.memo = tiles.TileMemo(cache_bytes=cache_bytes, tags_kept=tags_kept)
         self._metadata: tuple[str, tiles.TileSetMetadata] | None = None
         self._blocks: tuple[str, dict[tuple[int, int], str]] | None = None
 
@@ -208,35 +201,23 @@ class PostgisTileBackend:
 
     def _known_tag(self, z: int, x: int, y: int) -> str | None:
         token = AnnotationRevision.current()
-        with self._lock:
-            return self._tags.get((tiles.ENCODING_VERSION, token, z, x, y)) if token else None
+        return self.memo.tag(token, z, x, y) if token else None
 
     def _tag_keep(self, token: str | None, z: int, x: int, y: int, tag: str) -> str:
         """Keep the ETag under the token its statement read (never a later one)."""
         if token:
-            with self._lock:
-                self._tags[(tiles.ENCODING_VERSION, token, z, x, y)] = tag
-                while len(self._tags) > self.tags_kept:
-                    self._tags.popitem(last=False)
+            self.memo.tag_keep(token, z, x, y, tag)
         return tag
 
     def render(self, z: int, x: int, y: int) -> bytes:
         """The tile, from the cache when its ETag is known and kept; else drawn, and kept
         under the ETag its own statement digested (one snapshot)."""
         params = _params(z, x, y)
-        tag = self._known_tag(z, x, y)
-        with self._lock:
-            if tag in self._cache:
-                self._cache.move_to_end(tag)
-                return self._cache[tag]
+        if (kept := self.memo.tile(self._known_tag(z, x, y))) is not None:
+            return kept
         tag, generation, layer = self._layer(params, pixel=1.0)
         data = self._tile(params, generation, layer)
-        with self._lock:
-            if tag not in self._cache:
-                self._cache[tag] = data
-                self._cached_bytes += len(data)
-                while self._cached_bytes > self.cache_bytes and self._cache:
-                    self._cached_bytes -= len(self._cache.popitem(last=False)[1])
+        self.memo.tile_keep(tag, data)
         return data
 
     def _layer(self, params: dict[str, Any], *, pixel: float) -> tuple[str, str, bytes]:
