@@ -29,32 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.browser.daphne_server import (  # noqa: E402
-    DaphneServer,
     copy_database,
     seeded_database,
     start_server,
 )
 from tests.fakes.fake_openai import FakeOpenAI, Pause, Text  # noqa: E402
+from tests.multiprocess.test_recovery import SETUP, post  # noqa: E402
 
-SETUP = """
-from django.contrib.auth import get_user_model
-from chat.models import ChatSession
-from geosense.accounts.services import api_token_create
-user = get_user_model().objects.create_user("crash")
-print(api_token_create(user=user), ChatSession.objects.create(user=user).pk)
-"""
-
-
-def post(server: DaphneServer, path: str, token: str) -> http.client.HTTPResponse:
-    url = urlsplit(server.url)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
-    conn.request(
-        "POST",
-        path,
-        body=json.dumps({"text": "count"}),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    return conn.getresponse()
+MESSAGE = {"text": "count"}
 
 
 def one_run(seeded: Path, work: Path, fake: FakeOpenAI) -> dict[str, float]:
@@ -70,7 +52,7 @@ def one_run(seeded: Path, work: Path, fake: FakeOpenAI) -> dict[str, float]:
         token, session = first.shell(SETUP).split()[-2:]
         path = f"/api/sessions/{session}/message/stream"
         fake.reply(Text("Counting the houses", 1), Pause(30))
-        response = post(first, path, token)
+        response = post(first, path, MESSAGE, token)
         assert response.status == 200, response.status
         while b"text_delta" not in response.readline():
             pass
@@ -93,7 +75,7 @@ def one_run(seeded: Path, work: Path, fake: FakeOpenAI) -> dict[str, float]:
         healthy = time.monotonic()
         refused = 0
         while True:
-            answer = post(second, path, token)
+            answer = post(second, path, MESSAGE, token)
             if answer.status == 200:
                 accepted = time.monotonic()
                 answer.read()
