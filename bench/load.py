@@ -321,6 +321,11 @@ for i in range({count}):
     out.append((api_token_create(user=user), str(ChatSession.objects.create(user=user).pk)))
 print(json.dumps(out))
 """
+    return [tuple(pair) for pair in shell_json(tree, env, code)]
+
+
+def shell_json(tree: Path, env: dict[str, str], code: str) -> Any:
+    """Run `code` in the Django shell of `tree` and read the JSON it printed last."""
     result = subprocess.run(
         [sys.executable, "manage.py", "shell", "--no-imports", "-c", code],
         cwd=tree,
@@ -329,7 +334,7 @@ print(json.dumps(out))
         text=True,
         check=True,
     )
-    return [tuple(pair) for pair in json.loads(result.stdout.strip().splitlines()[-1])]
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def stored_counts(db: Path, sessions: list[str]) -> dict[str, int]:

@@ -84,15 +84,7 @@ session.turn_count = {messages} // 4
 session.save(update_fields=["turn_count"])
 print(json.dumps([(token, str(s.pk)) for token, s in out]))
 """
-    result = subprocess.run(
-        [sys.executable, "manage.py", "shell", "--no-imports", "-c", code],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return [tuple(pair) for pair in json.loads(result.stdout.strip().splitlines()[-1])]
+    return [tuple(pair) for pair in load.shell_json(tree, env, code)]
 
 
 async def echo_probe(port: int, token: str, session: str, probes: Probes, stop: asyncio.Event):
