@@ -15,6 +15,7 @@ from chat import processes, selectors, services, turns
 from chat.models import ClientToolRegistration, Message, ServerProcess
 from tests.chat.test_consumer_turns import (
     frames_until,
+    invoke_answer,
     is_invoke,
     is_turn_end,
     last_tool_result,
@@ -127,14 +128,7 @@ async def test_the_answers_of_a_new_turn_are_counted_in_memory_and_the_lease_ren
     ws = await tab(trusted_caller, [LOCATION])
     turn = start_turn(client, trusted_caller, "where am I?")
     for _ in range(2):
-        invoke = (await frames_until(ws, is_invoke))[-1]
-        await ws.send_json_to(
-            {
-                "type": "client-tool-result",
-                "correlationId": invoke["correlationId"],
-                "result": {"status": "GRANTED"},
-            }
-        )
+        await invoke_answer(ws, {"status": "GRANTED"})
     out = await turn
     assert out.names()[-1] == "turn_end"
     await ws.disconnect()
@@ -154,14 +148,7 @@ async def test_a_new_turn_still_refuses_a_client_tool_past_its_answers_per_turn(
     ws = await tab(trusted_caller, [LOCATION])
     turn = start_turn(client, trusted_caller, "where am I, again and again?")
     for _ in range(limit):
-        invoke = (await frames_until(ws, is_invoke))[-1]
-        await ws.send_json_to(
-            {
-                "type": "client-tool-result",
-                "correlationId": invoke["correlationId"],
-                "result": {"status": "GRANTED"},
-            }
-        )
+        await invoke_answer(ws, {"status": "GRANTED"})
     out = await turn
     await ws.disconnect()
     assert out.names()[-1] == "turn_end"

@@ -43,6 +43,15 @@ def is_invoke(frame: dict) -> bool:
     return frame["type"] == "client-tool-invoke"
 
 
+async def invoke_answer(ws: WebsocketCommunicator, result: dict) -> dict:
+    """Wait for the next invoke on `ws` and answer it with `result`; the invoke."""
+    invoke = (await frames_until(ws, is_invoke))[-1]
+    await ws.send_json_to(
+        {"type": "client-tool-result", "correlationId": invoke["correlationId"], "result": result}
+    )
+    return invoke
+
+
 def is_turn_end(frame: dict) -> bool:
     return frame.get("event") == "turn_end"
 
@@ -236,14 +245,7 @@ async def test_the_same_client_tool_is_answered_at_most_three_times_per_turn(
     ws = await tab(trusted_caller, [LOCATION])
     turn = start_turn(client, trusted_caller, "where am I, really?")
     for _ in range(3):
-        invoke = (await frames_until(ws, is_invoke))[-1]
-        await ws.send_json_to(
-            {
-                "type": "client-tool-result",
-                "correlationId": invoke["correlationId"],
-                "result": {"status": "GRANTED"},
-            }
-        )
+        await invoke_answer(ws, {"status": "GRANTED"})
     out = await turn
     assert out.message["content"] == "Enough."
     assert "Stop calling it" in last_tool_result(openai_agent, 4)

@@ -11,7 +11,13 @@ from django.db.backends import utils as db_utils
 
 from chat.events import session_group
 from geosense import dbpool
-from tests.chat.test_consumer_turns import frames_until, is_invoke, is_turn_end, start_turn, tab
+from tests.chat.test_consumer_turns import (
+    frames_until,
+    invoke_answer,
+    is_turn_end,
+    start_turn,
+    tab,
+)
 from tests.client_tools import LOCATION
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -50,14 +56,7 @@ async def test_a_turn_with_one_served_client_call_costs_few_pool_trips_and_state
     ws = await tab(trusted_caller, [LOCATION])
     costs = Costs(monkeypatch)
     turn = start_turn(client, trusted_caller, "where am I?")
-    invoke = (await frames_until(ws, is_invoke))[-1]
-    await ws.send_json_to(
-        {
-            "type": "client-tool-result",
-            "correlationId": invoke["correlationId"],
-            "result": {"status": "GRANTED"},
-        }
-    )
+    await invoke_answer(ws, {"status": "GRANTED"})
     out = await turn
     await ws.disconnect()
     assert out.names()[-1] == "turn_end"
