@@ -164,7 +164,7 @@ export function createLiveTurn({
         live.log = null;
         closeBubble();
       }
-      transcript.turnElement(data.turn);
+      transcript.claimLiveCards(data.turn);
       transcript.renderTurn(data.turn);
       transcript.settleCards(data.turn);
     },
@@ -209,6 +209,7 @@ export function createLiveTurn({
     },
     turn_end() {
       removeBubbles();
+      transcript.claimLiveCards(live.turn);
       transcript.renderTurn(live.turn);
       onTurnEnd();
     },

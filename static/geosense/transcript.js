@@ -12,15 +12,6 @@ import { fetchFragment } from './http.js';
 // The page's own location card (location-card.js) while it is on screen.
 const LIVE_CARD = '.location-card[data-live="true"]';
 
-/**
- * A card still asking that is not in its turn yet: the call's invoke (on the socket) may
- * come before the turn's own element exists (its turn_start on the stream), so the card
- * was put at the end of the transcript or of the turn before; the latest turn takes it.
- */
-function openCardElsewhere(element) {
-  return element.querySelector(`${LIVE_CARD}[data-status="asking"], ${LIVE_CARD}[data-status="locating"]`);
-}
-
 /** The live log stays, with the stored entries (which know the outcomes) merged in. */
 function keepLog(fresh, log) {
   const stored = fresh.querySelector(':scope > .activity-log');
@@ -37,12 +28,13 @@ function keepLog(fresh, log) {
 /**
  * The page's own location card, live while its request runs, takes the place of the
  * server's card of a call still waiting for it (where the call was made); a server card in
- * its final state replaces it.
+ * its final state replaces it, wherever on the page the live card was.
  */
 function keepLocationCard(fresh, liveCard) {
   const stored = fresh.querySelector('.location-card');
   if (!stored) fresh.append(liveCard);
   else if (stored.dataset.status === 'waiting') stored.replaceWith(liveCard);
+  else liveCard.remove();
 }
 
 /**
@@ -86,12 +78,33 @@ export function createTranscript({ element, session, onState, onHighlight, keep,
     const old = turnElement(turn);
     const log = old.querySelector(':scope > .activity-log');
     const kept = keep(turn);
-    const liveCard = old.querySelector(LIVE_CARD) || (isLatest(turn) ? openCardElsewhere(element) : null);
+    const liveCard =
+      element.querySelector(`${LIVE_CARD}[data-turn="${turn}"]`) ||
+      (isLatest(turn) ? element.querySelector(`${LIVE_CARD}:not([data-turn])`) : null);
+    // A later turn's card asked before that turn's element existed stays on the page.
+    const others = [...old.querySelectorAll(LIVE_CARD)].filter((card) => card !== liveCard);
     old.replaceWith(fresh);
+    fresh.after(...others);
     if (log) keepLog(fresh, log);
     if (liveCard) keepLocationCard(fresh, liveCard);
     if (kept) fresh.append(kept);
     arrived(fresh);
+  }
+
+  /**
+   * The page's location card is asked for on the socket, which can be ahead of the turn's
+   * stream: a card asked before its turn's element exists waits at the end of the transcript
+   * (or of the turn before), and the reader may answer it there. The turn claims the cards
+   * no turn has claimed yet when it starts and when it ends, so every render of the turn
+   * finds its card, whatever the reader answered meanwhile.
+   */
+  function claimLiveCards(turn) {
+    if (turn === null || turn === undefined) return;
+    const home = turnElement(turn);
+    for (const card of element.querySelectorAll(`${LIVE_CARD}:not([data-turn])`)) {
+      card.dataset.turn = String(turn);
+      if (!home.contains(card)) home.append(card);
+    }
   }
 
   function isLatest(turn) {
@@ -196,5 +209,5 @@ export function createTranscript({ element, session, onState, onHighlight, keep,
     return [...element.querySelectorAll('.turn[data-turn]')].map((t) => Number(t.dataset.turn));
   }
 
-  return { element, turnElement, renderTurn, renderMessage, settleCards, scrollToEnd, shownTurns };
+  return { element, turnElement, claimLiveCards, renderTurn, renderMessage, settleCards, scrollToEnd, shownTurns };
 }

@@ -372,3 +372,35 @@ def test_a_call_the_server_withdraws_is_not_answered_late(context_for, impatient
     results_sent = [f for f in frames["sent"] if f["type"] == "client-tool-result"]
     assert results_sent == []
     assert not [f for f in frames["received"] if f["type"] == "error"]
+
+
+def test_a_card_asked_before_its_turn_arrives_is_replaced_by_its_stored_form(
+    context_for, daphne_server
+):
+    """The invoke can reach the socket before the turn's stream says the turn started (the
+    card then waits at the end of the transcript) and the reader can answer it before the
+    turn's element is drawn: the turn's stored card must take the live card's place, not
+    stand beside it. The stream is held until the card is answered to make that order sure."""
+    _, page = chat_page(context_for, daphne_server)
+    new_session(page)
+    held = []
+
+    def hold_stream(route):
+        held.append((route, route.fetch()))  # the whole turn, sent to the page only later
+
+    page.route("**/message/stream", hold_stream)
+    ask(page, "where am I?")
+    card = location_cards(page)
+    expect(card).to_be_visible()
+    card.get_by_role("button", name="Not now").click()
+    deadline = time.monotonic() + 15
+    while not held and time.monotonic() < deadline:
+        page.wait_for_timeout(100)  # the turn ends on the server, its stream still held
+    ((route, response),) = held
+    route.fulfill(response=response)
+
+    expect(last_answer(page)).to_contain_text("you chose not to share your location")
+    expect(card).to_have_count(1)
+    expect(card.get_by_test_id("location-status")).to_have_text("Location not shared.")
+    page.wait_for_timeout(500)  # every render of the turn landed: still one card
+    expect(card).to_have_count(1)
