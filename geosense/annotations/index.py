@@ -105,8 +105,10 @@ class VectorMatrix:
 class ClassIndex:
     """One class's live annotations in id order: lon/lat `bounds` for bbox filters, projected
     `geoms` with their `tree`, and for the bounds `nearest_within` prunes with, their projected
-    bounding boxes (`extents`: rows minx, miny, maxx, maxy) and one point on each (`anchors`:
-    rows x, y of its first vertex). Rows, not columns, so that gathers are contiguous.
+    bounding boxes (`boxes`: rows centre x, centre y, half width, half height, which make the
+    distance bounds a few operations on whole columns) and one point on each (`anchors`: rows
+    x, y of its first vertex); `points` when every one is a point (its box is its anchor).
+    Rows, not columns, so that gathers are contiguous.
     `measures` holds each one's geodesic (area_m2, length_m) as stored; `derived`, arrays of
     one row per annotation that other modules work out once (the tiles' Web Mercator shapes)."""
 
@@ -115,8 +117,9 @@ class ClassIndex:
     geoms: np.ndarray
     bounds: np.ndarray
     tree: "shapely.STRtree | KeptTree"
-    extents: np.ndarray
+    boxes: np.ndarray
     anchors: np.ndarray
+    points: bool = False
     measures: np.ndarray = field(default_factory=lambda: np.zeros((0, 2)))
     vectors: dict[tuple[str, int], VectorMatrix] = field(default_factory=dict)
     derived: dict[str, np.ndarray] = field(default_factory=dict)
@@ -131,14 +134,19 @@ class ClassIndex:
         measures: np.ndarray | None = None,
     ) -> "ClassIndex":
         """The index of one class from its ids, projected geometries and lon/lat bounds."""
+        left, bottom, right, top = shapely.bounds(geoms).T
+        boxes = np.array(
+            [(left + right) / 2, (bottom + top) / 2, (right - left) / 2, (top - bottom) / 2]
+        )
         return cls(
             category=category,
             ids=ids,
             geoms=geoms,
             bounds=bounds,
             tree=shapely.STRtree(geoms),
-            extents=np.ascontiguousarray(shapely.bounds(geoms).T),
+            boxes=boxes,
             anchors=np.ascontiguousarray(_first_vertices(geoms).T),
+            points=bool(len(ids)) and bool((shapely.get_type_id(geoms) == 0).all()),
             measures=np.zeros((len(ids), 2)) if measures is None else measures,
         )
 
@@ -154,8 +162,9 @@ class ClassIndex:
             geoms=tree_of,
             bounds=self.bounds[keep],
             tree=_tree_without(self.tree, keep, tree_of),
-            extents=np.ascontiguousarray(self.extents[:, keep]),
+            boxes=np.ascontiguousarray(self.boxes[:, keep]),
             anchors=np.ascontiguousarray(self.anchors[:, keep]),
+            points=self.points,
             measures=self.measures[keep],
             derived={name: rows[keep] for name, rows in self.derived.items()},
         )
@@ -337,10 +346,10 @@ def nearest_within(
     if len(positions) == 0 or len(targets.ids) == 0:
         return no_pairs
     if len(positions) <= len(targets.ids):
-        query_at, target = targets.tree.query(_grown(sources.extents[:, positions], radius))
+        query_at, target = targets.tree.query(_grown(sources.boxes[:, positions], radius))
         source = positions[query_at]
     else:
-        target, source = sources.tree.query(_grown(targets.extents, radius))
+        target, source = sources.tree.query(_grown(targets.boxes, radius))
         if len(positions) < len(sources.ids):
             wanted = np.zeros(len(sources.ids), dtype=bool)
             wanted[positions] = True
@@ -352,12 +361,9 @@ def nearest_within(
     if len(source) == 0:
         return no_pairs
 
-    target_boxes = targets.extents[:, target]
-    lower = _box_distances_squared(sources.extents[:, source], target_boxes)
+    lower, minmax = _distance_bounds_squared(sources, source, targets, target)
     upper = np.full(len(sources.ids), radius * radius)
-    np.minimum.at(
-        upper, source, _minmax_distances_squared(sources.anchors[:, source], target_boxes)
-    )
+    np.minimum.at(upper, source, minmax)
     # A micrometre more guards against rounding: the bounds are exact up to it.
     threshold = (np.sqrt(upper) + 1e-6) ** 2
     keep = lower <= threshold[source]
@@ -373,8 +379,9 @@ def nearest_within(
     return found, nearest_target[found], nearest[found]
 
 
-def _grown(extents: np.ndarray, radius: float) -> np.ndarray:
-    """Boxes of the extents grown by radius on every side, to query a tree with.
+def _grown(boxes: np.ndarray, radius: float) -> np.ndarray:
+    """The boxes (rows centre x, centre y, half width, half height) grown by radius on every
+    side, as geometries to query a tree with.
 
     Making tens of thousands of geometries sets off the cyclic garbage collector, which then
     scans every geometry the index holds: up to 50 ms at 200,000 annotations, more than the
@@ -382,32 +389,54 @@ def _grown(extents: np.ndarray, radius: float) -> np.ndarray:
     the allocation count a collection would have acted on), so collection is paused meanwhile.
     Clockwise because those are quicker to build; only the boxes' extents are used.
     """
-    left, bottom, right, top = extents
+    x, y, half_width, half_height = boxes
+    reach_x, reach_y = half_width + radius, half_height + radius
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return shapely.box(left - radius, bottom - radius, right + radius, top + radius, ccw=False)
+        return shapely.box(x - reach_x, y - reach_y, x + reach_x, y + reach_y, ccw=False)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _box_distances_squared(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Squared distances between pairs of boxes (rows minx, miny, maxx, maxy): 0 where they meet."""
-    dx = np.maximum(np.maximum(b[0] - a[2], a[0] - b[2]), 0)
-    dy = np.maximum(np.maximum(b[1] - a[3], a[1] - b[3]), 0)
-    return dx * dx + dy * dy
+def _distance_bounds_squared(
+    sources: ClassIndex, source: np.ndarray, targets: ClassIndex, target: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Squared lower and upper bounds of the distance of each pair (source, target positions).
 
-
-def _minmax_distances_squared(points: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """Squared MINMAXDIST from each point (rows x, y) to its box: the geometry the box bounds
-    has a point no farther away."""
-    x, y = points
-    left, bottom, right, top = boxes
-    west, south = x <= (left + right) / 2, y <= (bottom + top) / 2
-    near_x, far_x = np.where(west, left, right) - x, np.where(west, right, left) - x
-    near_y, far_y = np.where(south, bottom, top) - y, np.where(south, top, bottom) - y
-    return np.minimum(near_x * near_x + far_y * far_y, near_y * near_y + far_x * far_x)
+    Lower: the distance between their bounding boxes (0 where they meet). Upper: the least
+    MINMAXDIST from the source's anchor to the target's box: the nearer of the box's two sides
+    along one axis, at its far end along the other; each side touches the geometry it bounds.
+    With a box as centre c and half size h, a coordinate p is |p - c| - h from the nearer side
+    (negative inside) and |p - c| + h from the farther one. For points (a tree, a pool marker)
+    the box is the anchor, and half of the gathers and operations are left out: this was a fifth
+    of a million-annotation within-distance query.
+    """
+    x, y, half_width, half_height = targets.boxes[:, target]
+    px, py = sources.anchors[:, source]
+    across_x, across_y = np.abs(px - x), np.abs(py - y)
+    near_x, near_y = across_x - half_width, across_y - half_height
+    if sources.points:
+        gap_x, gap_y = np.maximum(near_x, 0), np.maximum(near_y, 0)
+    else:
+        sx, sy, source_half_width, source_half_height = sources.boxes[:, source]
+        gap_x = np.maximum(np.abs(sx - x) - source_half_width - half_width, 0)
+        gap_y = np.maximum(np.abs(sy - y) - source_half_height - half_height, 0)
+    gap_x *= gap_x
+    gap_y *= gap_y
+    lower = np.add(gap_x, gap_y, out=gap_x)
+    far_x, far_y = (
+        np.add(across_x, half_width, out=across_x),
+        np.add(across_y, half_height, out=across_y),
+    )
+    near_x *= near_x
+    near_y *= near_y
+    far_x *= far_x
+    far_y *= far_y
+    near_x += far_y
+    near_y += far_x
+    return lower, np.minimum(near_x, near_y, out=near_x)
 
 
 _ROW_FIELDS = (

@@ -92,6 +92,27 @@ def test_nearest_within_agrees_with_measuring_every_pair(seed, grid):
     assert found > 300
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("grid", [False, True])
+def test_a_class_of_points_agrees_with_measuring_every_pair(seed, grid):
+    """A class of points takes the bounds' shorter path (`ClassIndex.points`): points on the
+    grid fall on targets' sides and corners and inside them, and tie between targets."""
+    rng = np.random.default_rng(100 + seed)
+    xy = rng.uniform(0, 600, (400, 2))
+    points = class_index(list(shapely.points(np.round(xy) if grid else xy)))
+    targets = class_index(random_shapes(rng, 150, 600, grid=grid))
+    assert points.points and not targets.points
+    some = np.sort(rng.choice(len(points.ids), 50, replace=False))
+
+    found = 0
+    for radius in (0.0, 3.0, 20.0, 75.0):
+        found += assert_agrees(points, np.arange(len(points.ids)), targets, radius)
+        found += assert_agrees(points, some, targets, radius)
+        found += assert_agrees(targets, np.arange(len(targets.ids)), points, radius)
+        found += assert_agrees(points, np.arange(len(points.ids)), points, radius)
+    assert found > 400
+
+
 def test_equally_near_targets_give_the_lowest_position():
     sources = class_index([shapely.Point(0, 0)])
     targets = class_index(
