@@ -272,9 +272,32 @@ def annotations_within_distance(
     metres = index.geodesic(nearest, sources.geoms[src], targets.geoms[chosen])
     keep = metres <= distance_m
     source_ids, target_ids, metres = sources.ids[src][keep], targets.ids[chosen][keep], metres[keep]
-    # Sources come in id order, so a stable sort by distance keeps ids ascending among ties.
-    order = np.argsort(metres, kind="stable")
+    # Sources come in id order, so an order stable among ties keeps ids ascending there.
+    order = stable_order(metres)
     return WithinPairs(source_ids[order], target_ids[order], metres[order])
+
+
+def stable_order(values: np.ndarray) -> np.ndarray:
+    """What `np.argsort(values, kind="stable")` gives, in about a quarter of the time.
+
+    numpy's stable sort of floats is a merge sort (~45 ms for the 470,000 distances of a
+    million-annotation within-distance answer); its default sort is vectorised (~10 ms) but
+    leaves ties in any order. So: the default sort, then only the runs of equal values (often
+    none: distances rarely tie) put back in index order.
+    """
+    order = np.argsort(values)
+    ordered = values[order]
+    tie = ordered[1:] == ordered[:-1]
+    if not tie.any():
+        return order
+    in_run = np.zeros(len(order), dtype=bool)
+    in_run[1:] |= tie
+    in_run[:-1] |= tie
+    at = np.flatnonzero(in_run)
+    # Runs are contiguous and their values ascend, so sorting by (value, index) reorders
+    # each run within itself and leaves everything else in place.
+    order[at] = order[at][np.lexsort((order[at], ordered[at]))]
+    return order
 
 
 def annotations_overlapping(

@@ -16,6 +16,7 @@ from geosense.annotations.selectors import (
     annotations_similar_by_hint,
     annotations_typical,
     annotations_within_distance,
+    stable_order,
 )
 from geosense.annotations.services import (
     annotation_create,
@@ -419,3 +420,18 @@ def test_the_overview_counts_each_class_and_says_what_its_shapes_are():
     }
     annotations_soft_delete(ids=[a.id for a in annotation_list(category="road")])
     assert "road" not in annotation_overview().shapes
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_stable_order_is_a_stable_argsort(seed):
+    """Ties (many, in runs of any length, at the ends too) come in index order."""
+    rng = np.random.default_rng(seed)
+    for values in (
+        rng.integers(0, 20, 500).astype(float),
+        rng.uniform(0, 1, 500),
+        np.r_[np.zeros(7), rng.integers(0, 3, 50).astype(float), np.full(9, 5.0)],
+        np.array([2.0, 1.0, 2.0, 1.0]),
+        np.zeros(0),
+        np.ones(1),
+    ):
+        assert stable_order(values).tolist() == np.argsort(values, kind="stable").tolist()
