@@ -14,7 +14,6 @@ import weakref
 from typing import Any
 
 from channels.consumer import get_handler_name
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.utils import timezone
 
@@ -22,6 +21,7 @@ from chat import outage, selectors, services
 from chat.events import session_group, session_socket_attach, session_socket_detach
 from chat.models import ChatSession
 from geosense import wire
+from geosense.dbpool import in_db_thread
 from geosense.throttle import TokenBucket
 from tools.client import (
     CLIENT_ERROR_MAX_CHARS,
@@ -74,19 +74,23 @@ async def _bounds_problem(value: object, *, size: int) -> str | None:
         return "the answer could not be measured in time"
 
 
-@database_sync_to_async
-def _session_of_user(*, user, session: object) -> ChatSession | None:
-    return selectors.session_of_user(session_id=str(session), user=user)
+# The socket's ORM work runs on the database pool (`geosense.dbpool`), as the turn engine's
+# does: on Channels' `database_sync_to_async` thread, 500 sockets connecting at once queued one
+# behind the other, each call opening and closing its own connection (issue 15).
 
 
-@database_sync_to_async
-def _register(*, channel_name: str, session_id, tools: list[ClientTool]) -> None:
-    services.client_tools_register(channel_name=channel_name, session_id=session_id, tools=tools)
+async def _session_of_user(*, user, session: object) -> ChatSession | None:
+    return await in_db_thread(selectors.session_of_user)(session_id=str(session), user=user)
 
 
-@database_sync_to_async
-def _unregister(*, channel_name: str) -> None:
-    services.client_tools_unregister(channel_name=channel_name)
+async def _register(*, channel_name: str, session_id, tools: list[ClientTool]) -> None:
+    await in_db_thread(services.client_tools_register)(
+        channel_name=channel_name, session_id=session_id, tools=tools
+    )
+
+
+async def _unregister(*, channel_name: str) -> None:
+    await in_db_thread(services.client_tools_unregister)(channel_name=channel_name)
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -108,7 +112,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def dispatch(self, message: dict) -> None:
         """Channels' dispatch without its thread hop: it closes stale database connections in
         a worker thread before every handler (twice per client-tool call); every ORM call of
-        this consumer goes through `database_sync_to_async`, which does that itself."""
+        this consumer goes through the database pool, which looks after its connections."""
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"no handler for message type {message['type']}")

@@ -321,13 +321,20 @@ def client_tools_register(*, channel_name: str, session_id, tools: Sequence[Clie
         client_tools_unregister(channel_name=channel_name)
         return
     processes.process_start()
-    ClientToolRegistration.objects.update_or_create(
-        channel_name=channel_name,
-        defaults={
-            "session_id": session_id,
-            "tools": [tool.declaration() for tool in tools],
-            "process": processes.PROCESS_ID,
-        },
+    # One statement (an upsert on the unique channel name), not `update_or_create`'s read, write
+    # and transaction around them: every socket of a storm of connects registers.
+    ClientToolRegistration.objects.bulk_create(
+        [
+            ClientToolRegistration(
+                channel_name=channel_name,
+                session_id=session_id,
+                tools=[tool.declaration() for tool in tools],
+                process=processes.PROCESS_ID,
+            )
+        ],
+        update_conflicts=True,
+        unique_fields=["channel_name"],
+        update_fields=["session", "tools", "process", "updated"],
     )
 
 

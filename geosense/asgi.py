@@ -9,7 +9,6 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "geosense.settings")
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
@@ -17,7 +16,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from chat.routing import websocket_urlpatterns  # noqa: E402
 from geosense.accounts.middleware import (  # noqa: E402
     CookieSocketOriginValidator,
-    SocketTokenAuthMiddleware,
+    SocketAuthMiddleware,
 )
 from geosense.headers import SecurityHeadersMiddleware  # noqa: E402
 
@@ -59,8 +58,8 @@ agent_code_import()
 application = ProtocolTypeRouter(
     {
         "http": http_application,
-        "websocket": AuthMiddlewareStack(
-            SocketTokenAuthMiddleware(CookieSocketOriginValidator(URLRouter(websocket_urlpatterns)))
+        "websocket": SocketAuthMiddleware(
+            CookieSocketOriginValidator(URLRouter(websocket_urlpatterns))
         ),
     }
 )

@@ -7,14 +7,18 @@ no CSRF token (no cookie is involved, so no cross-site request can forge it).
 from urllib.parse import urlsplit
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
-from channels.db import database_sync_to_async
+from channels.auth import AuthMiddleware
+from channels.auth import get_user as channels_get_user
 from channels.security.websocket import WebsocketDenier
+from channels.sessions import CookieMiddleware, SessionMiddleware
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest, JsonResponse
 from django.http.request import split_domain_port, validate_host
 from django.utils.decorators import sync_and_async_middleware
 from django.utils.http import is_same_domain
+
+from geosense.dbpool import in_db_thread
 
 from .services import api_token_authenticate, api_token_user
 
@@ -86,29 +90,42 @@ def BearerTokenMiddleware(get_response):
     return middleware
 
 
-class SocketTokenAuthMiddleware:
-    """Channels middleware: a bearer token on the upgrade request sets `scope["user"]`.
+class _PoolAuthMiddleware(AuthMiddleware):
+    """Channels' session authentication (the session row, then its user, checked against the
+    session's hash) in one trip to the database pool instead of Channels' single
+    `database_sync_to_async` thread, where every socket's calls queued one behind the other,
+    each opening and closing its own connection."""
 
-    Sets `scope["auth_by_token"]` so the origin check applies to cookie sockets only, and
-    `scope["api_token"]` (id and expiry) so the socket closes when the token is revoked or
+    async def resolve_scope(self, scope):
+        scope["user"]._wrapped = await in_db_thread(channels_get_user.func)(scope)
+
+
+class SocketAuthMiddleware:
+    """Channels middleware: who a socket is, before its handshake is answered.
+
+    A bearer token on the upgrade request decides alone (one trip to the database pool: the
+    token with its user); without one, the session cookie does (`_PoolAuthMiddleware`, one
+    trip). Sets `scope["auth_by_token"]` so the origin check applies to cookie sockets only,
+    and `scope["api_token"]` (id and expiry) so the socket closes when the token is revoked or
     expires.
     """
 
     def __init__(self, inner):
         self.inner = inner
+        self.by_cookie = CookieMiddleware(SessionMiddleware(_PoolAuthMiddleware(inner)))
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "websocket":
-            headers = dict(scope.get("headers") or [])
-            raw = _bearer(headers.get(b"authorization", b"").decode("latin-1"))
-            if raw is not None:
-                token = await database_sync_to_async(api_token_authenticate)(raw=raw)
-                scope = dict(
-                    scope,
-                    user=token.user if token else AnonymousUser(),
-                    auth_by_token=True,
-                    api_token=(token.pk, token.expires) if token else None,
-                )
+        headers = dict(scope.get("headers") or [])
+        raw = _bearer(headers.get(b"authorization", b"").decode("latin-1"))
+        if raw is None:
+            return await self.by_cookie(scope, receive, send)
+        token = await in_db_thread(api_token_authenticate)(raw=raw)
+        scope = dict(
+            scope,
+            user=token.user if token else AnonymousUser(),
+            auth_by_token=True,
+            api_token=(token.pk, token.expires) if token else None,
+        )
         return await self.inner(scope, receive, send)
 
 

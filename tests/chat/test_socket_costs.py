@@ -1,0 +1,124 @@
+"""What a socket's connect costs the process (issue 15, 500 users connecting at once): its thread
+hops, its trips to the database pool and the SQL statements it runs, from the upgrade to a bound
+socket with its tools registered, for a bearer-token socket (a script, the load bench) and a
+cookie socket (a page). 500 sockets connecting at once did this work once each on Channels'
+single `database_sync_to_async` thread, opening and closing a SQLite connection for every call,
+and their handshakes queued there past Daphne's 5 s time-out."""
+
+import threading
+
+import pytest
+from asgiref.sync import SyncToAsync
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.db.backends import utils as db_utils
+from django.test import Client
+
+from chat.models import ChatSession
+from geosense import dbpool
+from geosense.accounts.services import api_token_create
+from geosense.asgi import application
+from tests.client_tools import LOCATION
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+
+class Costs:
+    """Thread hops (any `sync_to_async`), pool trips and SQL statements while counting."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.hops = 0
+        self.trips = 0
+        self.statements: list[str] = []
+        self._lock = threading.Lock()
+        call, submit = SyncToAsync.__call__, dbpool._Pool.submit
+        execute = db_utils.CursorWrapper._execute
+
+        async def counted_call(hop, *args, **kwargs):
+            with self._lock:
+                self.hops += 1
+            return await call(hop, *args, **kwargs)
+
+        def counted_submit(pool, fn, /, *args, **kwargs):
+            with self._lock:
+                self.trips += 1
+            return submit(pool, fn, *args, **kwargs)
+
+        def counted_execute(cursor, sql, params, *ignored):
+            with self._lock:
+                self.statements.append(sql[:80])
+            return execute(cursor, sql, params, *ignored)
+
+        monkeypatch.setattr(SyncToAsync, "__call__", counted_call)
+        monkeypatch.setattr(dbpool._Pool, "submit", counted_submit)
+        monkeypatch.setattr(db_utils.CursorWrapper, "_execute", counted_execute)
+
+    def snapshot(self) -> tuple[int, int, int]:
+        return self.hops, self.trips, len(self.statements)
+
+
+def someone(name: str) -> tuple[object, str, ChatSession]:
+    user = get_user_model().objects.create_user(name, password="pw")
+    return user, api_token_create(user=user), ChatSession.objects.create(user=user)
+
+
+async def bind_and_register(ws: WebsocketCommunicator, session: ChatSession) -> None:
+    await ws.send_json_to({"type": "session-bind", "session": str(session.pk)})
+    assert (await ws.receive_json_from())["type"] == "session-bound"
+    await ws.send_json_to({"type": "client-tool-register", "tools": [LOCATION]})
+    assert (await ws.receive_json_from())["type"] == "client-tool-registered"
+
+
+async def test_a_token_socket_connects_binds_and_registers_in_three_pool_trips(monkeypatch):
+    """The handshake is one trip (the token with its user), the bind one (the ownership
+    check), the registration one; no hop besides them, none on Channels' own thread (where
+    they queued behind every other socket's calls, each opening its own connection)."""
+    from channels.db import database_sync_to_async
+
+    _, token, session = await database_sync_to_async(someone)("alice")
+    costs = Costs(monkeypatch)
+    ws = WebsocketCommunicator(
+        application, "/ws/chat/", headers=[(b"authorization", f"Bearer {token}".encode())]
+    )
+    assert (await ws.connect())[0]
+    handshake = costs.snapshot()
+    await bind_and_register(ws, session)
+    connected = costs.snapshot()
+    await ws.disconnect()
+    assert handshake[:2] == (1, 1), (handshake, costs.statements)
+    # It was 4 hops on Channels' thread (the session user, the token, the bind, the
+    # registration), none on the pool.
+    assert connected[:2] == (3, 3), (connected, costs.statements)
+    # The token with its user (and its once-a-minute `last_used`), the session, the
+    # registration's read and write.
+    assert connected[2] <= 6, "\n".join(costs.statements)
+
+
+async def test_a_cookie_socket_handshake_is_one_pool_trip(monkeypatch):
+    """The page's socket: the session and its user are read in one trip on the pool."""
+    from channels.db import database_sync_to_async
+
+    def logged_in() -> tuple[str, ChatSession]:
+        user, _, session = someone("bob")
+        browser = Client()
+        browser.force_login(user)
+        return browser.cookies["sessionid"].value, session
+
+    cookie, session = await database_sync_to_async(logged_in)()
+    costs = Costs(monkeypatch)
+    ws = WebsocketCommunicator(
+        application,
+        "/ws/chat/",
+        headers=[
+            (b"cookie", f"sessionid={cookie}".encode()),
+            (b"origin", b"http://testserver"),
+            (b"host", b"testserver"),
+        ],
+    )
+    assert (await ws.connect())[0]
+    handshake = costs.snapshot()
+    await bind_and_register(ws, session)
+    connected = costs.snapshot()
+    await ws.disconnect()
+    assert handshake[:2] == (1, 1), (handshake, costs.statements)
+    assert connected[:2] == (3, 3), (connected, costs.statements)
