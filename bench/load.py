@@ -68,6 +68,17 @@ APP = "geosense.asgi:application"
 SOCKET_ERRORS: dict[str, int] = {}
 
 
+@dataclass
+class SocketTimes:
+    """One user's socket, from its first connect attempt (seconds on the monotonic clock)."""
+
+    started: float = 0.0
+    attempts: int = 0
+    opened: float | None = None  # the handshake that held (after any dropped ones)
+    handshake: float | None = None  # that attempt's own handshake: TCP connect → 101
+    bound: float | None = None  # `session-bound` read
+
+
 # --- the scripted model (a process of its own) ------------------------------------------------
 
 
@@ -111,6 +122,11 @@ class Level:
     ready_seconds: float = 0.0  # until every socket (that made it) was bound and registered
     running: int = 0  # users that ran turns (their sockets were ready)
     rss_ready_kib: int = 0  # the server's RSS once the sockets were ready, before any turn
+    sockets: list[SocketTimes] = field(default_factory=list)
+    # CPU seconds (user + system) while the sockets connected: the server's, and this bench's
+    # own (its clients share the machine's cores with the server)
+    server_cpu_connecting: float = 0.0
+    bench_cpu_connecting: float = 0.0
 
     def fail(self, why: str) -> None:
         self.failed += 1
@@ -179,16 +195,20 @@ async def turn_post(port: int, token: str, session: str, text: str, level: Level
 BACKOFF = (0.5, 1, 2, 4, 8, 15)
 
 
-async def user_socket(port: int, token: str, session: str, ready: asyncio.Event) -> None:
+async def user_socket(
+    port: int, token: str, session: str, ready: asyncio.Event, times: SocketTimes | None = None
+) -> None:
     """The user's tab: binds, registers `bench_echo`, answers every invoke at once. A socket
     the server drops before it is ready connects again after the page's back-off, as the page
     does (counted in SOCKET_ERRORS as "reconnect: …")."""
     import websockets
 
+    times = times or SocketTimes()
+    times.started = time.monotonic()
     attempt = 0
     while True:
         try:
-            await user_socket_once(port, token, session, ready)
+            await user_socket_once(port, token, session, ready, times)
             return
         except (OSError, TimeoutError, websockets.exceptions.WebSocketException) as exc:
             if ready.is_set():
@@ -199,20 +219,28 @@ async def user_socket(port: int, token: str, session: str, ready: asyncio.Event)
             attempt += 1
 
 
-async def user_socket_once(port: int, token: str, session: str, ready: asyncio.Event) -> None:
+async def user_socket_once(
+    port: int, token: str, session: str, ready: asyncio.Event, times: SocketTimes
+) -> None:
     import websockets
 
+    times.attempts += 1
+    attempt_started = time.monotonic()
     async with websockets.connect(
         f"ws://127.0.0.1:{port}/ws/chat/",
         additional_headers={"Authorization": f"Bearer {token}"},
         open_timeout=120,
         ping_interval=None,
     ) as ws:
+        times.opened = time.monotonic()
+        times.handshake = times.opened - attempt_started
         await ws.send(json.dumps({"type": "session-bind", "session": session}))
         await ws.send(json.dumps({"type": "client-tool-register", "tools": [BENCH_TOOL]}))
         async for raw in ws:
             frame = json.loads(raw)
-            if frame["type"] == "client-tool-registered":
+            if frame["type"] == "session-bound" and times.bound is None:
+                times.bound = time.monotonic()
+            elif frame["type"] == "client-tool-registered":
                 ready.set()
             elif frame["type"] == "error":
                 why = f"{frame.get('status')} {str(frame.get('error'))[:60]}"
@@ -231,16 +259,21 @@ async def level_run(
 ) -> tuple[Level, float]:
     level = Level()
     readies = [asyncio.Event() for _ in users]
+    level.sockets = [SocketTimes() for _ in users]
+    server_cpu, bench_cpu = cpu_seconds(pid), own_cpu_seconds()
+    binding = time.monotonic()
+    # All at once, as when a process restarts under its open pages.
     sockets = [
-        asyncio.create_task(user_socket(port, token, session, ready))
-        for (token, session), ready in zip(users, readies, strict=True)
+        asyncio.create_task(user_socket(port, token, session, ready, times))
+        for (token, session), ready, times in zip(users, readies, level.sockets, strict=True)
     ]
     try:
         # Every socket bound with its tool registered, or what is ready after 180 s goes on
         # (the others are reported: a process too slow to take its sockets is a result too).
-        binding = time.monotonic()
         await asyncio.wait([asyncio.ensure_future(r.wait()) for r in readies], timeout=180)
         level.ready_seconds = time.monotonic() - binding
+        level.server_cpu_connecting = cpu_seconds(pid) - server_cpu
+        level.bench_cpu_connecting = own_cpu_seconds() - bench_cpu
         level.not_ready = sum(1 for r in readies if not r.is_set())
         for task in sockets:
             if task.done() and not task.cancelled() and task.exception() is not None:
@@ -292,6 +325,31 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of the process so far (every thread)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def sockets_row(level: Level) -> dict[str, Any]:
+    """The storm of connects: handshakes dropped (each one a reconnect after the page's
+    back-off), each socket's connect time (first attempt → its handshake held) and bind time
+    (first attempt → `session-bound`), the last handshake alone, and the CPU it all took."""
+    connect = [t.opened - t.started for t in level.sockets if t.opened is not None]
+    bind = [t.bound - t.started for t in level.sockets if t.bound is not None]
+    handshake = [t.handshake for t in level.sockets if t.handshake is not None]
+    return {
+        "handshakes_dropped": sum(max(0, t.attempts - 1) for t in level.sockets),
+        "all_bound_s": max(bind) if len(bind) == len(level.sockets) else None,
+        "connect_p50_ms": pct(connect, 0.5),
+        "connect_p99_ms": pct(connect, 0.99),
+        "handshake_p99_ms": pct(handshake, 0.99),
+        "bind_p50_ms": pct(bind, 0.5),
+        "bind_p99_ms": pct(bind, 0.99),
+        "server_cpu_connecting_s": level.server_cpu_connecting,
+        "bench_cpu_connecting_s": level.bench_cpu_connecting,
+    }
 
 
 def rss_kib(pid: int) -> int:
@@ -399,6 +457,7 @@ async def bench(args: argparse.Namespace, port: int, pid: int, db: Path, users) 
             "stored": stored,
             "rss_before_mib": baseline / 1024,
             "sockets_ready_s": level.ready_seconds,
+            **sockets_row(level),
             "kib_per_socket": max(0, level.rss_ready_kib - baseline) / max(1, level.running),
             "kib_per_turn_in_flight": max(0, peak - level.rss_ready_kib) / max(1, level.running),
             "rss_after_mib": rss_kib(pid) / 1024,
@@ -427,6 +486,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--warm", type=int, default=30, help="warm one-user turns of each kind")
     parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout Daphne runs")
+    parser.add_argument(
+        "--profile", type=Path, help="run the server under cProfile, its stats written here"
+    )
     parser.add_argument("--fake", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fake:
@@ -460,7 +522,17 @@ def main() -> None:
             port = free_port()
             log = (work / "daphne.log").open("wb")
             server = subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), APP],
+                [
+                    sys.executable,
+                    *(
+                        ["-m", "cProfile", "-o", str(args.profile.resolve())]
+                        if args.profile
+                        else []
+                    ),
+                    "-m",
+                    "daphne",
+                    *("-b", "127.0.0.1", "-p", str(port), APP),
+                ],
                 cwd=tree,
                 env=env,
                 stdout=log,
