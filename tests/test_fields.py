@@ -95,3 +95,39 @@ def test_an_artifact_is_stored_as_json_text_once_and_nan_as_null(django_user_mod
         "linkValues": [0.5, None],
         "label": "Zürich",
     }
+
+
+def test_numpy_columns_are_written_as_their_lists_would_be():
+    """Tools keep large answers' columns as arrays: the JSON is the same text as their lists'."""
+    import numpy as np
+
+    columns = {
+        "ids": np.array([3, 1, 2**40, -7], dtype=np.int64),
+        "values": np.round(np.array([0.125, 12.345, 1e-7, 0.0, 1e15, 2.5, 1 / 3]), 2),
+        "shares": np.array([round(1 / 3, 4), 1.0, 5e-5]),
+        "empty": np.zeros(0),
+        "nested": [{"id": np.array([1, 2])}],
+    }
+    as_lists = {
+        "ids": columns["ids"].tolist(),
+        "values": columns["values"].tolist(),
+        "shares": columns["shares"].tolist(),
+        "empty": [],
+        "nested": [{"id": [1, 2]}],
+    }
+
+    assert json_text(columns) == json_text(as_lists)
+    assert json.loads(json_text(columns)) == json.loads(json.dumps(as_lists))
+
+
+@pytest.mark.django_db
+def test_an_artifact_of_numpy_columns_reads_back_as_lists(django_user_model):
+    import numpy as np
+
+    session = ChatSession.objects.create(user=django_user_model.objects.create(username="u"))
+    data = {"ids": np.array([5, 4], dtype=np.int64), "areas": np.array([1.25, 0.0])}
+    Artifact.objects.create(
+        session=session, artifact_id="x", kind="highlight", data=data, origin="t"
+    )
+
+    assert Artifact.objects.get().data == {"ids": [5, 4], "areas": [1.25, 0.0]}

@@ -29,6 +29,7 @@ from geosense.annotations.selectors import (
     annotations_within_distance,
 )
 from geosense.annotations.services import demo_seed
+from geosense.fields import json_text
 from tools.client import UNREACHABLE, WENT_AWAY
 from tools.registry import ToolError, backend_tool, backend_tools
 
@@ -89,7 +90,7 @@ def converse(
 
     def save(*, kind: str, data: Any, origin: str) -> str:
         artifact_id = f"{kind}-{len(artifacts) + 1}"
-        artifacts[artifact_id] = data
+        artifacts[artifact_id] = json.loads(json_text(data))  # as stored (columns may be arrays)
         return artifact_id
 
     from tools.registry import ToolContext

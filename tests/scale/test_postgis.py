@@ -152,6 +152,7 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from geosense.annotations import demo, index, selectors, services
 from geosense.annotations.spatial import spatial_backend
+from geosense.fields import json_text
 from tools.builtin import nearest_annotations, spatial_relation
 from tools.registry import ToolContext
 
@@ -161,7 +162,12 @@ BBOX = [LON - 0.002, LAT - 0.002, LON + 0.002, LAT + 0.002]
 
 def tool(handler, arguments):
     saved = {}
-    context = ToolContext(artifact_save=lambda **kw: saved.update(kw["data"]) or "a1")
+
+    def save(**kw):  # the artifact as stored: its columns may be numpy arrays
+        saved.update(json.loads(json_text(kw["data"])))
+        return "a1"
+
+    context = ToolContext(artifact_save=save)
     result = handler(context, arguments)
     return saved or result
 
