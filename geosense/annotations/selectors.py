@@ -93,19 +93,24 @@ def annotation_overview() -> DatasetOverview:
     if cached is not None and cached[:2] == (id(index), index.revision):
         shapes = cached[2]
     else:
-        shapes = {}
-        for name, class_index in index.classes.items():
-            dimensions = set(shapely.get_dimensions(class_index.geoms).tolist())
-            shapes[name] = (
-                _SHAPES_BY_DIMENSION.get(dimensions.pop(), "mixed")
-                if len(dimensions) == 1
-                else "mixed"
-            )
+        shapes = {name: _class_shape(c) for name, c in index.classes.items()}
         _shapes_cache = (id(index), index.revision, shapes)
     counts = annotation_counts()
     return DatasetOverview(
         counts=counts, shapes={name: shapes.get(name, "mixed") for name in counts}
     )
+
+
+def _class_shape(class_index: ClassIndex) -> Shape:
+    """A class's shape from its annotations' dimensions, kept with the class (`derived`, which
+    a deletion carries over): the first turn after a deletion measured every geometry of every
+    class again (~45 ms at a million), though only the class that lost some changed."""
+    dimensions = class_index.derived.get("dimensions")
+    if dimensions is None:
+        dimensions = shapely.get_dimensions(class_index.geoms).astype(np.int8)
+        class_index.derived["dimensions"] = dimensions
+    present = np.flatnonzero(np.bincount(dimensions.astype(np.intp) + 1, minlength=4)) - 1
+    return _SHAPES_BY_DIMENSION.get(int(present[0]), "mixed") if len(present) == 1 else "mixed"
 
 
 def annotations_missing(*, ids: Sequence[int]) -> tuple[list[int], list[int]]:

@@ -422,6 +422,32 @@ def test_the_overview_counts_each_class_and_says_what_its_shapes_are():
     assert "road" not in annotation_overview().shapes
 
 
+def test_a_deletion_or_restore_changes_only_its_class_shape_and_measures_no_other(monkeypatch):
+    """A class's dimensions are kept with it: after a deletion the overview measures no
+    geometry again, and a mixed class that lost its only point is a class of polygons."""
+    from geosense.annotations import selectors
+
+    annotation_create(category="house", geometry=rectangle(LON, LAT, 12, 10))
+    lone = annotation_create(category="misc", geometry=point(LON, LAT + 0.001))
+    annotation_create(category="misc", geometry=rectangle(LON, LAT + 0.002, 5, 5))
+    assert annotation_overview().shapes == {"house": "polygon", "misc": "mixed"}
+    measured = []
+    real = shapely.get_dimensions
+    monkeypatch.setattr(
+        selectors.shapely,
+        "get_dimensions",
+        lambda geoms: measured.append(len(geoms)) or real(geoms),
+    )
+
+    annotations_soft_delete(ids=[lone.id])
+    assert annotation_overview().shapes == {"house": "polygon", "misc": "polygon"}
+    assert measured == []
+
+    annotations_restore(ids=[lone.id])  # the class is built again: only its shapes are measured
+    assert annotation_overview().shapes == {"house": "polygon", "misc": "mixed"}
+    assert measured == [2]
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_stable_order_is_a_stable_argsort(seed):
     """Ties (many, in runs of any length, at the ends too) come in index order."""
