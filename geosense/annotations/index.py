@@ -381,20 +381,27 @@ def nearest_within(
 
 def _grown(boxes: np.ndarray, radius: float) -> np.ndarray:
     """The boxes (rows centre x, centre y, half width, half height) grown by radius on every
-    side, as geometries to query a tree with.
+    side, as geometries to query a tree with: each one's diagonal, a two-point line whose
+    envelope is the box. A query without a predicate compares envelopes only, and the lines are
+    made and freed in ~60 % of the time of box polygons (ring, shell, five points): freeing
+    215,000 boxes alone took ~55 ms of a million-annotation within-distance query.
 
     Making tens of thousands of geometries sets off the cyclic garbage collector, which then
     scans every geometry the index holds: up to 50 ms at 200,000 annotations, more than the
-    query. Boxes cannot form cycles and reference counting frees them (which also takes back
+    query. Lines cannot form cycles and reference counting frees them (which also takes back
     the allocation count a collection would have acted on), so collection is paused meanwhile.
-    Clockwise because those are quicker to build; only the boxes' extents are used.
     """
     x, y, half_width, half_height = boxes
+    corners = np.empty((len(x), 2, 2))
     reach_x, reach_y = half_width + radius, half_height + radius
+    np.subtract(x, reach_x, out=corners[:, 0, 0])
+    np.subtract(y, reach_y, out=corners[:, 0, 1])
+    np.add(x, reach_x, out=corners[:, 1, 0])
+    np.add(y, reach_y, out=corners[:, 1, 1])
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return shapely.box(x - reach_x, y - reach_y, x + reach_x, y + reach_y, ccw=False)
+        return shapely.linestrings(corners)
     finally:
         if was_enabled:
             gc.enable()
