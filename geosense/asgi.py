@@ -55,6 +55,10 @@ from chat.agents import agent_code_import  # noqa: E402
 get_resolver().url_patterns  # noqa: B018
 agent_code_import()
 
+from geosense.layers import daphne_connection_tweaks  # noqa: E402
+
+daphne_connection_tweaks()
+
 application = ProtocolTypeRouter(
     {
         "http": http_application,

@@ -126,7 +126,7 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "geosense.layers.InMemoryChannelLayer"}}
 # Rate limits count in the cache (geosense/throttle.py): shared by every process through Redis
 # when there is one, in each process's memory otherwise.
 if REDIS_URL:

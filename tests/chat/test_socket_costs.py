@@ -122,3 +122,53 @@ async def test_a_cookie_socket_handshake_is_one_pool_trip(monkeypatch):
     await ws.disconnect()
     assert handshake[:2] == (1, 1), (handshake, costs.statements)
     assert connected[:2] == (3, 3), (connected, costs.statements)
+
+
+async def test_sockets_connecting_do_not_each_sweep_the_in_memory_layer(monkeypatch):
+    """Channels' in-memory layer swept every channel and group membership of the process on
+    each socket's first `receive` (and after every layer message): per socket, work that grew
+    with the sockets. Within one sweep interval, ten sockets connecting sweep at most once."""
+    from channels.db import database_sync_to_async
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+    people = [await database_sync_to_async(someone)(f"p{i}") for i in range(10)]
+    layer = get_channel_layer()
+    monkeypatch.setattr(type(layer), "SWEEP_SECONDS", 3600, raising=False)
+    sweeps = []
+    sweep = InMemoryChannelLayer._clean_expired
+    monkeypatch.setattr(
+        InMemoryChannelLayer, "_clean_expired", lambda self: sweeps.append(1) or sweep(self)
+    )
+    sockets = []
+    for _, token, _ in people:
+        ws = WebsocketCommunicator(
+            application, "/ws/chat/", headers=[(b"authorization", f"Bearer {token}".encode())]
+        )
+        assert (await ws.connect())[0]
+        sockets.append(ws)
+    for ws in sockets:
+        await ws.disconnect()
+    assert len(sweeps) <= 1, len(sweeps)
+
+
+async def test_a_connection_does_not_pretty_print_autobahns_configuration(monkeypatch):
+    """autobahn formatted its configuration for a debug line (not written) as each
+    connection was made: ~0.3 ms of the event loop per socket."""
+    import pprint
+
+    from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
+    from twisted.internet.testing import StringTransport
+
+    import geosense.asgi  # noqa: F401  (the process's set-up, as Daphne imports it)
+
+    formatted = []
+    real = pprint.PrettyPrinter.pformat
+    monkeypatch.setattr(
+        pprint.PrettyPrinter, "pformat", lambda self, obj: formatted.append(1) or real(self, obj)
+    )
+    factory = WebSocketServerFactory()
+    factory.protocol = WebSocketServerProtocol  # Daphne's is one of these
+    protocol = factory.buildProtocol(("127.0.0.1", 1))
+    protocol.makeConnection(StringTransport())
+    assert protocol.state == protocol.STATE_CONNECTING
+    assert formatted == []

@@ -1,0 +1,58 @@
+"""The process's own plumbing around Channels and Daphne, for one process holding hundreds of
+sockets (issue 15: 500 users connecting at once).
+
+- `InMemoryChannelLayer`: Channels' in-memory layer sweeps every channel and every group
+  membership of the process for expired entries on each `receive` and `group_send`. Every
+  socket's consumer calls `receive` once as it starts and again after each layer message, so
+  500 sockets connecting swept ~1,500 memberships 500 times, and a message to every socket (an
+  annotations change) swept once per socket: work growing with the sockets, per socket. Here
+  the sweep runs at most once per `SWEEP_SECONDS` (messages expire after a minute, groups
+  after a day: a second late changes nothing).
+- `daphne_connection_tweaks`: autobahn pretty-prints its 29 configuration attributes for a
+  debug log line as each connection is made, whether or not debug logging is on (~0.3 ms of
+  the event loop per socket); the text is now made only if the line is written.
+"""
+
+import pprint
+import time
+
+from channels.layers import InMemoryChannelLayer as ChannelsInMemoryChannelLayer
+
+
+class InMemoryChannelLayer(ChannelsInMemoryChannelLayer):
+    """Channels' in-memory layer, its expiry sweep at most once per `SWEEP_SECONDS`."""
+
+    SWEEP_SECONDS = 1.0
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._swept = float("-inf")
+
+    def _clean_expired(self) -> None:
+        now = time.monotonic()
+        if now - self._swept < self.SWEEP_SECONDS:
+            return
+        self._swept = now
+        super()._clean_expired()
+
+
+class _FormattedWhenWritten:
+    """`pprint.pformat(value)`, computed only if the log line is formatted."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __str__(self) -> str:
+        return pprint.pformat(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+def daphne_connection_tweaks() -> None:
+    """Install the deferred formatting in autobahn (which Daphne's sockets run on)."""
+    from autobahn.websocket import protocol
+
+    protocol.pformat = _FormattedWhenWritten
