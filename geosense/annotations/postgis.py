@@ -4,10 +4,12 @@ Same questions, same answers as the in-process index (`index.py`, through `selec
 from the `geom` column that migration annotations/0005 keeps in step with the GeoJSON, and its
 GiST indexes on `geom` and `(geom::geography)`. No process holds a copy of the dataset:
 
-- distances are geodesic metres on `geography` (WGS84 spheroid): the geography index finds
-  candidates (within-distance: `&&` with the box grown by the reach, then a planar test,
-  `_planar_within_sql`; nearest: `ST_DWithin` on the sphere widened by its error), and each
-  is measured between its nearest points (`_metres_sql`);
+- distances are geodesic metres on the WGS84 spheroid, measured between nearest points
+  (`_metres_sql`). within-distance finds its candidate pairs by a hash join on a grid of
+  cells over the whole dataset (`_grid_pairs_sql`) or through the geography index within a
+  bbox (`_probe_pairs_sql`), keeps each source's nearest by a planar distance
+  (`_planar_distance_sql`) and measures that one; nearest finds its candidates with
+  `ST_DWithin` on the sphere widened by its error;
 - overlap shares are `ST_Area` (or `ST_Length`) of `ST_Intersection(...)::geography` over the
   source's own, as the index divides measures in its plane;
 - nearest: the geography index's KNN (`<->`, sphere distance) finds the k nearest, then every
@@ -40,9 +42,10 @@ E2 = 0.00669437999014
 MERIDIAN_DEGREE_M = 110_574.0
 
 
-def _metres_sql(a: str, b: str, lat: str) -> str:
-    """SQL for the geodesic metres between the nearest points of geometries a and b near
-    latitude `lat` (0 where they meet).
+def _metres_sql(a: str, b: str, scale: str) -> str:
+    """SQL for the geodesic metres between the nearest points of geometries a and b, in the
+    plane of longitudes times `scale` (`_conformal_scale_sql` of a latitude near them; 0 where
+    they meet).
 
     `ST_Distance(geography)` on the spheroid is off by up to 0.35 % from a point to a polygon's
     edge (measured on the demo: 6.2853 m where the geodesic is 6.2733 m). So the nearest points
@@ -50,7 +53,6 @@ def _metres_sql(a: str, b: str, lat: str) -> str:
     parallel's radius to the meridian's), where a perpendicular is one on the ground, and the
     geodesic between them is `ST_Length` of that segment on the spheroid (exact for two points).
     """
-    scale = _conformal_scale_sql(lat)
     line = f"ST_ShortestLine(ST_Scale({a}, {scale}, 1), ST_Scale({b}, {scale}, 1))"
     return f"ST_Length(ST_Scale({line}, 1 / {scale}, 1)::geography)"
 
@@ -60,36 +62,42 @@ def _conformal_scale_sql(lat: str) -> str:
     return f"(cos(radians({lat})) * (1 - {E2} * sin(radians({lat}))^2) / (1 - {E2}))"
 
 
-def _planar_within_sql(a: str, b: str, lat: str) -> str:
-    """SQL true when geometries a and b may lie within `%(reach)s` metres (near `lat`): their
-    distance in the plane of `_metres_sql`, in degrees of latitude, against the reach over the
-    least metres in a degree of latitude on WGS84 (110,574 m, at the equator).
+def _planar_distance_sql(a: str, b: str, scale: str) -> str:
+    """SQL for the distance of geometries a and b in the plane of `_metres_sql` (longitudes
+    times `scale`), in degrees of latitude: against `%(reach)s / MERIDIAN_DEGREE_M` (the reach over the
+    least metres in a degree of latitude on WGS84, 110,574 m at the equator) it keeps a superset
+    of the pairs within the reach (the plane's error over a reach is far inside its 2 % margin),
+    and among one source's candidates it ranks them as their metres do (`_metres_sql` is then
+    measured for the nearest only).
 
-    A superset of the pairs within the reach (the plane's error over a reach is far inside its
-    2 % margin), at a fraction of `ST_DWithin(geography)`'s cost: measured at 200,000, the
-    geography test on the 420,390 box candidates of "trees within 20 m of a house" cost as much
-    PostgreSQL CPU as the index probes that found them (~3 s each)."""
-    scale = _conformal_scale_sql(lat)
-    return (
-        f"ST_DWithin(ST_Scale({a}, {scale}, 1), ST_Scale({b}, {scale}, 1),"
-        f" %(reach)s / {MERIDIAN_DEGREE_M})"
-    )
+    Measured at 200,000: `ST_DWithin(geography)` on the 420,390 box candidates of "trees within
+    20 m of a house" cost as much PostgreSQL CPU as the index probes that found them (~3 s
+    each), and the spheroid metres of every candidate 20 % of the rest."""
+    return f"ST_Distance(ST_Scale({a}, {scale}, 1), ST_Scale({b}, {scale}, 1))"
 
 
 _SHAPES: dict[int, Shape] = {0: "point", 1: "line", 2: "polygon"}
 
 
-def _rows(sql: str, params: dict[str, Any] | Sequence[Any], *, join: bool = False) -> list[tuple]:
+def _rows(
+    sql: str, params: dict[str, Any] | Sequence[Any], *, join: bool = False, grid: bool = False
+) -> list[tuple]:
     """Rows of one query, without JIT: its compile time (~0.2 s) costs more than it saves on
     these index-driven plans, which PostgreSQL's cost estimates overrate.
 
     A `join` probes a GiST index once per row of one side. Without bitmap scans: the planner
     otherwise ANDs each probe's bitmap with the whole class's from the category index (43,000
-    entries per probe at 200,000 annotations: an overlap took 25 s instead of 3)."""
+    entries per probe at 200,000 annotations: an overlap took 25 s instead of 3).
+
+    A `grid` join (`_grid_pairs_sql`) is a hash join: without merge joins, which the planner
+    picked from its estimate of one matching row (sorting both cell lists on disk: 2.2 s of
+    CPU at 200,000 instead of 1.2)."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL jit = off")
         if join:
             cursor.execute("SET LOCAL enable_bitmapscan = off")
+        if grid:
+            cursor.execute("SET LOCAL enable_mergejoin = off")
         cursor.execute(sql, params)
         return cursor.fetchall()
 
@@ -185,44 +193,140 @@ def annotations_within_distance(
     """Each live `source` with a live `target` within distance_m geodesic metres, with its
     nearest one (the lowest id among equals); sorted by distance, then id (`selectors`).
 
-    One join: the planner probes the geography index (`&&` with the box grown by the reach)
-    from the side it picks, `_planar_within_sql` drops the far candidates, and DISTINCT ON
-    keeps each source's nearest by `_metres_sql`.
+    Candidate pairs (`_grid_pairs_sql` for the whole dataset, `_probe_pairs_sql` within a bbox)
+    are a superset of the pairs within the reach; `_planar_distance_sql` drops the far ones
+    and ranks each source's others, DISTINCT ON keeps its nearest, and only that one is
+    measured on the spheroid (`_metres_sql`). The OFFSET 0 fences stop the planner from
+    copying a measure into the filter above it (each would be computed twice).
     """
     if distance_m < 0:
         return WithinPairs(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
-    with_sql, sources, sources_live, params = _sources_sql(bbox)
+    reach = distance_m * SPHERE_MARGIN + 0.01
+    if bbox is None:
+        with_sql, pairs, params = _grid_pairs_sql(reach)
+    else:
+        with_sql, pairs, params = _probe_pairs_sql(bbox)
     rows = _rows(
         f"""
         {with_sql}
-        SELECT * FROM (
-          SELECT DISTINCT ON (s.id) s.id AS source_id, t.id AS target_id,
-                 {_metres_sql("s.geom", "t.geom", "s.min_lat")} AS metres
-          FROM {sources} JOIN {TABLE} t
-            ON s.geom::geography && _ST_Expand(t.geom::geography, %(reach)s)
-               AND {_planar_within_sql("s.geom", "t.geom", "s.min_lat")}
-               AND t.id <> s.id
-          WHERE t.category = %(target)s AND t.deleted_at IS NULL
-            AND {sources_live}
-          ORDER BY s.id, metres, t.id
-        ) nearest
+        SELECT source_id, target_id, metres FROM (
+          SELECT source_id, target_id, {_metres_sql("sg", "tg", "scale")} AS metres FROM (
+            SELECT DISTINCT ON (source_id) * FROM (
+              SELECT source_id, target_id, sg, tg, scale,
+                     {_planar_distance_sql("sg", "tg", "scale")} AS planar
+              FROM ({pairs}) pairs OFFSET 0
+            ) candidates
+            WHERE planar <= %(reach)s / {MERIDIAN_DEGREE_M}
+            ORDER BY source_id, planar, target_id
+          ) nearest OFFSET 0
+        ) measured
         WHERE metres <= %(distance)s
         ORDER BY source_id
         """,
-        {
-            "source": source,
-            "target": target,
-            "distance": distance_m,
-            "reach": distance_m * SPHERE_MARGIN + 0.01,
-            **params,
-        },
+        {"source": source, "target": target, "distance": distance_m, "reach": reach, **params},
         join=True,
+        grid=bbox is None,
     )
     table = np.array(rows, dtype=float).reshape(-1, 3)
     source_ids, target_ids = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64)
     metres = table[:, 2]
     order = np.argsort(metres, kind="stable")  # rows come by source id: ties stay in id order
     return WithinPairs(source_ids[order], target_ids[order], metres[order])
+
+
+def _probe_pairs_sql(bbox: BBox) -> tuple[str, str, dict[str, Any]]:
+    """(WITH clause, SELECT of candidate pairs, parameters) for the sources in a bbox: each
+    probes the geography index for the targets that meet its box grown by `%(reach)s`.
+
+    The pairs' columns, here and in `_grid_pairs_sql`: source_id, target_id, sg and tg (their
+    geometries), scale (`_conformal_scale_sql` at the source's least latitude: the plane of
+    `_planar_distance_sql` and `_metres_sql`)."""
+    with_sql, sources, sources_live, params = _sources_sql(bbox)
+    pairs = (
+        f"SELECT s.id AS source_id, t.id AS target_id, s.geom AS sg, t.geom AS tg,"
+        f" {_conformal_scale_sql('s.min_lat')} AS scale FROM {sources} JOIN {TABLE} t"
+        " ON t.geom::geography && _ST_Expand(s.geom::geography, %(reach)s) AND t.id <> s.id"
+        f" WHERE t.category = %(target)s AND t.deleted_at IS NULL AND {sources_live}"
+    )
+    return with_sql, pairs, params
+
+
+# Offsets of the cells a box covers from its lowest one: a box is on the grid when it spans
+# at most three cells each way (`_grid_pairs_sql`).
+_CELLS = "(VALUES (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)) o(dx, dy)"
+# The least cell side in degrees (~22 m of latitude): with a short reach the cells stay larger
+# than a house, so that most targets fit in three a side.
+GRID_CELL_MIN_DEGREES = 0.0002
+# Metres in a degree of longitude on the equator of a sphere of WGS84's major axis (a·π/180,
+# rounded down): times cos(latitude), no more than the spheroid's at that latitude.
+EQUATOR_DEGREE_M = 111_319.49
+# Above this latitude (of a target's box grown by the reach) degrees of longitude shrink too
+# fast to bound by a box: such targets are probed through the geography index.
+GRID_LATITUDE_MAX = 89.0
+
+
+def _grid_pairs_sql(reach: float) -> tuple[str, str, dict[str, Any]]:
+    """(WITH clause, SELECT of candidate pairs, parameters) over every live source: a hash join
+    on a grid of cells in degrees, with no index probe per annotation.
+
+    Each target's box is grown by the reach (latitude by the reach over the least metres in a
+    degree of latitude, longitude by it over `EQUATOR_DEGREE_M`·cos of the grown box's highest
+    latitude: both bounds, so no pair within the reach is missed); sources keep their boxes.
+    Each side is listed once per cell its box covers, the lists are hash-joined on the cell,
+    and a pair is kept in one cell only (the one holding the low corner of the two boxes'
+    intersection) when the boxes meet. A box of more than three cells a side, a grown box
+    across ±180° or near a pole is not on the grid: its pairs come from the geography index
+    (probed from that side), as `_probe_pairs_sql`'s do.
+
+    Measured at 200,000 ("trees within 20 m of a house", docs/benchmarks.md): 0.5 s of
+    PostgreSQL CPU for the 282,163 candidate pairs against 1.2 s for the index probes from each
+    house. Both sides are read once (MATERIALIZED, each used by the grid and by the probes);
+    a join between them and the table is what lets those probes use its index."""
+    dlat = reach / MERIDIAN_DEGREE_M
+    cells = "floor({0} / %(cell)s) AS cx0, floor({1} / %(cell)s) AS cy0, " + (
+        "floor({2} / %(cell)s) AS cx1, floor({3} / %(cell)s) AS cy1"
+    )
+    with_sql = f"""
+        WITH s AS MATERIALIZED (
+          SELECT *, cx1 - cx0 <= 2 AND cy1 - cy0 <= 2 AS gridded FROM (
+            SELECT id, geom, min_lon, min_lat, max_lon, max_lat,
+                   {_conformal_scale_sql("min_lat")} AS scale,
+                   {cells.format("min_lon", "min_lat", "max_lon", "max_lat")}
+            FROM {TABLE} WHERE category = %(source)s AND deleted_at IS NULL) s
+        ), t AS MATERIALIZED (
+          SELECT *, cx1 - cx0 <= 2 AND cy1 - cy0 <= 2 AND x0 >= -180 AND x1 <= 180
+                    AND top < {GRID_LATITUDE_MAX} AS gridded FROM (
+            SELECT id, geom, x0, y0, x1, y1, top, {cells.format("x0", "y0", "x1", "y1")} FROM (
+              SELECT id, geom, top, min_lat - %(dlat)s AS y0, max_lat + %(dlat)s AS y1,
+                     min_lon - %(reach)s / ({EQUATOR_DEGREE_M} * cos(radians(least(top, 90))))
+                       AS x0,
+                     max_lon + %(reach)s / ({EQUATOR_DEGREE_M} * cos(radians(least(top, 90))))
+                       AS x1
+              FROM (SELECT *, greatest(abs(min_lat), abs(max_lat)) + %(dlat)s AS top
+                    FROM {TABLE} WHERE category = %(target)s AND deleted_at IS NULL) t
+            ) t
+          ) t
+        )"""
+    pairs = f"""
+        SELECT s.id AS source_id, t.id AS target_id, s.geom AS sg, t.geom AS tg, s.scale
+        FROM (SELECT s.*, cx0 + dx AS cx, cy0 + dy AS cy FROM s CROSS JOIN {_CELLS}
+              WHERE gridded AND cx0 + dx <= cx1 AND cy0 + dy <= cy1) s
+        JOIN (SELECT t.*, cx0 + dx AS cx, cy0 + dy AS cy FROM t CROSS JOIN {_CELLS}
+              WHERE gridded AND cx0 + dx <= cx1 AND cy0 + dy <= cy1) t
+          ON t.cx = s.cx AND t.cy = s.cy
+             AND t.cx = greatest(s.cx0, t.cx0) AND t.cy = greatest(s.cy0, t.cy0)
+             AND s.min_lon <= t.x1 AND s.max_lon >= t.x0
+             AND s.min_lat <= t.y1 AND s.max_lat >= t.y0 AND t.id <> s.id
+        UNION ALL
+        SELECT s.id, t.id, s.geom, t.geom, s.scale FROM s JOIN {TABLE} t
+          ON t.geom::geography && _ST_Expand(s.geom::geography, %(reach)s) AND t.id <> s.id
+        WHERE NOT s.gridded AND t.category = %(target)s AND t.deleted_at IS NULL
+        UNION ALL
+        SELECT s.id, t.id, s.geom, t.geom, {_conformal_scale_sql("s.min_lat")} FROM t JOIN {TABLE} s
+          ON s.geom::geography && _ST_Expand(t.geom::geography, %(reach)s) AND t.id <> s.id
+        WHERE NOT t.gridded AND s.category = %(source)s AND s.deleted_at IS NULL"""
+    cell = max(2 * dlat, GRID_CELL_MIN_DEGREES)
+    return with_sql, pairs, {"dlat": dlat, "cell": cell}
 
 
 def annotations_overlapping(
@@ -267,6 +371,7 @@ def annotations_nearest(
     params = {"lon": lon, "lat": lat, "category": category, "k": k}
     point_geometry = "ST_SetSRID(ST_MakePoint(%(lon)s, %(lat)s), 4326)"
     point = f"{point_geometry}::geography"
+    scale = _conformal_scale_sql("%(lat)s")
     reach = _rows(
         f"SELECT max(sphere) FROM (SELECT geom::geography <-> {point} AS sphere FROM {TABLE} "
         f"WHERE deleted_at IS NULL{of_class} ORDER BY geom::geography <-> {point} LIMIT %(k)s) n",
@@ -275,7 +380,7 @@ def annotations_nearest(
     if reach is None:
         return []
     rows = _rows(
-        f"SELECT id, category, {_metres_sql('geom', point_geometry, '%(lat)s')} AS metres "
+        f"SELECT id, category, {_metres_sql('geom', point_geometry, scale)} AS metres "
         f"FROM {TABLE} WHERE deleted_at IS NULL{of_class} "
         f"AND ST_DWithin(geom::geography, {point}, %(reach)s, false) "
         "ORDER BY metres, id LIMIT %(k)s",
