@@ -243,12 +243,23 @@ def _probe_pairs_sql(bbox: BBox) -> tuple[str, str, dict[str, Any]]:
     `_planar_distance_sql` and `_metres_sql`)."""
     with_sql, sources, sources_live, params = _sources_sql(bbox)
     pairs = (
-        f"SELECT s.id AS source_id, t.id AS target_id, s.geom AS sg, t.geom AS tg,"
+        f"SELECT s.id AS source_id, t.id AS target_id, s.geom AS sg,"
+        f" {_near_side_sql('s.geom', 't.geom')} AS tg,"
         f" {_conformal_scale_sql('s.min_lat')} AS scale FROM {sources} JOIN {TABLE} t"
         " ON t.geom::geography && _ST_Expand(s.geom::geography, %(reach)s) AND t.id <> s.id"
         f" WHERE t.category = %(target)s AND t.deleted_at IS NULL AND {sources_live}"
     )
     return with_sql, pairs, params
+
+
+def _near_side_sql(a: str, b: str) -> str:
+    """SQL for geometry b moved by 360° of longitude when it lies across ±180° from a (a pair
+    the geography index found there), so that the plane of `_planar_distance_sql` and
+    `_metres_sql` sees them side by side (`::geography` takes the longitude back)."""
+    return (
+        f"CASE WHEN ST_XMin({a}) - ST_XMax({b}) > 180 THEN ST_Translate({b}, 360, 0)"
+        f" WHEN ST_XMin({b}) - ST_XMax({a}) > 180 THEN ST_Translate({b}, -360, 0) ELSE {b} END"
+    )
 
 
 # Offsets of the cells a box covers from its lowest one: a box is on the grid when it spans
@@ -318,11 +329,14 @@ def _grid_pairs_sql(reach: float) -> tuple[str, str, dict[str, Any]]:
              AND s.min_lon <= t.x1 AND s.max_lon >= t.x0
              AND s.min_lat <= t.y1 AND s.max_lat >= t.y0 AND t.id <> s.id
         UNION ALL
-        SELECT s.id, t.id, s.geom, t.geom, s.scale FROM s JOIN {TABLE} t
+        SELECT s.id, t.id, s.geom, {_near_side_sql("s.geom", "t.geom")}, s.scale
+        FROM s JOIN {TABLE} t
           ON t.geom::geography && _ST_Expand(s.geom::geography, %(reach)s) AND t.id <> s.id
         WHERE NOT s.gridded AND t.category = %(target)s AND t.deleted_at IS NULL
         UNION ALL
-        SELECT s.id, t.id, s.geom, t.geom, {_conformal_scale_sql("s.min_lat")} FROM t JOIN {TABLE} s
+        SELECT s.id, t.id, s.geom, {_near_side_sql("s.geom", "t.geom")},
+               {_conformal_scale_sql("s.min_lat")}
+        FROM t JOIN {TABLE} s
           ON s.geom::geography && _ST_Expand(t.geom::geography, %(reach)s) AND t.id <> s.id
         WHERE NOT t.gridded AND s.category = %(source)s AND s.deleted_at IS NULL"""
     cell = max(2 * dlat, GRID_CELL_MIN_DEGREES)

@@ -308,3 +308,64 @@ def test_metres_from_a_point_to_a_polygons_edge_agree(spatial_db):
     assert index_within[0] == pytest.approx(6.2733, abs=1e-4)
     assert close(postgis_within[0], index_within[0])
     assert close(postgis_nearest[0], index_nearest[0])
+
+
+OFF_GRID = """
+import json
+from pyproj import Geod
+from django.test import override_settings
+from geosense.annotations import selectors, services
+
+def square(lon, lat, side):
+    ring = [[lon, lat], [lon + side, lat], [lon + side, lat + side], [lon, lat + side], [lon, lat]]
+    return {"type": "Polygon", "coordinates": [ring]}
+
+def point(lon, lat):
+    return {"type": "Point", "coordinates": [lon, lat]}
+
+def line(lon, lat, length):
+    return {"type": "LineString", "coordinates": [[lon, lat], [lon + length, lat]]}
+
+# (source, target, the pair of points whose geodesic is their distance): the nearest point of
+# each target is a vertex, so the expected metres are a geodesic between two points.
+cases = {
+    "on the grid": (point(30.00005, 30.00005), square(29.9999, 29.9999, 0.00015),
+                    (30.00005, 30.00005, 30.00005, 30.00005)),
+    "a large target": (point(10.0201, 10.0201), square(10.0, 10.0, 0.02),
+                       (10.0201, 10.0201, 10.02, 10.02)),
+    "a large source": (line(20.0, 20.0, 0.03), point(20.01, 20.0001), (20.01, 20.0, 20.01, 20.0001)),
+    "across 180 degrees": (point(179.99995, 0.0), point(-179.99995, 0.0),
+                           (179.99995, 0.0, -179.99995, 0.0)),
+    "near the pole": (point(0.0, 89.5), point(0.01, 89.5), (0.0, 89.5, 0.01, 89.5)),
+}
+expected, ids = {}, []
+geod = Geod(ellps="WGS84")
+for name, (source, target, (lon1, lat1, lon2, lat2)) in cases.items():
+    s = services.annotation_create(category="off_grid_source", geometry=source).pk
+    t = services.annotation_create(category="off_grid_target", geometry=target).pk
+    ids += [s, t]
+    expected[s] = [name, t, geod.inv(lon1, lat1, lon2, lat2)[2]]
+# A target 25 m from the first source: out of reach, and not its nearest.
+far = services.annotation_create(category="off_grid_target", geometry=point(30.00005, 30.00027))
+ids.append(far.pk)
+with override_settings(GEOSENSE_SPATIAL_BACKEND="auto"):
+    within = selectors.annotations_within_distance(
+        source="off_grid_source", target="off_grid_target", distance_m=20)
+got = {s: [t, m] for s, t, m in zip(within.source_ids.tolist(), within.target_ids.tolist(),
+                                     within.distances_m.tolist())}
+print(json.dumps({"ids": ids, "expected": expected, "got": got}))
+"""
+
+
+def test_within_distance_finds_pairs_off_the_grid(spatial_db):
+    """The whole-dataset within-distance hash-joins boxes on a grid of cells; a box too large
+    for it, one across ±180° or near a pole goes through the geography index instead. Each
+    case is a pair 0-15 m apart, measured as a geodesic between two points."""
+    out = json.loads(spatial_db.shell(OFF_GRID).strip().splitlines()[-1])
+    spatial_db.sql(f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (out["ids"],))
+    got = {int(s): v for s, v in out["got"].items()}
+    expected = {int(s): v for s, v in out["expected"].items()}
+    assert got.keys() == expected.keys(), {v[0] for k, v in expected.items() if k not in got}
+    for source, (name, target, metres) in expected.items():
+        assert got[source][0] == target, name
+        assert got[source][1] == pytest.approx(metres, rel=1e-3, abs=1e-6), name
