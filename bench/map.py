@@ -2,16 +2,27 @@
 Leaflet SVG map, on the same seeded database, in one run.
 
     .venv/bin/python bench/map.py --db /tmp/map-2000.sqlite3 [--db /tmp/map-200000.sqlite3 …]
-        [--before /tmp/before-i17c] [--out bench-map.json]
+        [--before /tmp/before-i17c [--before-label leaflet]] [--visits 5] [--trace DIR]
+        [--out bench-map.json]
 
 Each `--db` is a migrated SQLite file seeded by `manage.py seed_demo --annotations N --seed 1`.
 `--before` is a checkout of the commit before the WebGL map (`git worktree add
 /tmp/before-i17c d6b80ee`): its Daphne serves the same file, so both maps read the same data.
-For each database and each map (after, then before), on a server that has answered one
-request (its index built, as a serving process has it), in a fresh browser context:
+For each database, both maps' servers are started and left to finish their start-up work
+(the index built, as a serving process has it); then:
 - first draw: navigation start → `window.geosenseMap.ready === true` (annotations drawn), on
-  the first visit (logged in through the form's POST: nothing of the page cached) and on a
-  reload, with where the first visit's time went (HTML, tile JSON, first and last tile);
+  `--visits` first visits per map, each in a fresh browser context (logged in through the
+  form's POST: nothing of the page cached), the maps taking turns visit by visit so that both
+  meet the same machine load; the median, and with each visit what it cost in CPU, which
+  depends much less on the load than its wall time: the page's main thread (CDP
+  `Performance.getMetrics` ThreadTime), its renderer process (ProcessTime: main thread, tile
+  workers, script parsing), every Chromium process of this bench (/proc: browser, GPU,
+  renderer, network), and the server (/proc);
+- then, per map in one more fresh context: a first visit and a reload (the browser's cache
+  holding the code and the tiles, revalidated), with where the first visit's time went (HTML,
+  tile JSON, first and last tile), and everything below in that context;
+- `--trace DIR`: one more first visit per map under a Chromium trace (DIR/<n>-<map>.json),
+  summarised as CPU per thread from navigation to the first draw;
 - tile latency: every `/tiles/annotations/…` request (as Playwright's network events see it:
   request start → response end; MapLibre fetches in its workers) over a tour of web zooms 12 to 19, three places per zoom, each visit waiting for the map
   to settle; the tour runs twice: cold (empty HTTP cache) and warm (ETag revalidations, 304);
@@ -22,6 +33,8 @@ request (its index built, as a serving process has it), in a fresh browser conte
 - the main thread's JS heap after the tour (CDP Runtime.getHeapUsage) and the largest tile
   (encoded body bytes).
 The old map has no tiles: its "tiles" line stays empty, and its tour moves its one SVG layer.
+`--before-label` names the `--before` map in the output (default "leaflet"; any other label when
+`--before` is an older MapLibre commit).
 """
 
 from __future__ import annotations
@@ -29,8 +42,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -246,6 +261,114 @@ def serial_tiles(page, urls: list[str]) -> dict:
     return out
 
 
+def chromium_cpu() -> dict[str, float]:
+    """CPU seconds so far of this bench's Chromium processes (this process's descendants), by
+    process type: browser, renderer, gpu-process, utility (network)."""
+    children: dict[int, list[int]] = {}
+    kinds: dict[int, tuple[str, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        # Chromium's child processes rewrite their title: one string, arguments after spaces.
+        if command.split(b"\0")[0].split(b" ")[0].endswith(b"/chromium"):
+            kind = re.search(rb"--type=([a-z-]+)", command)
+            kind = kind.group(1).decode() if kind else "browser"
+            seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            kinds[int(entry)] = (kind, seconds)
+    out: dict[str, float] = {}
+    stack = [os.getpid()]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            stack.append(child)
+            if child in kinds:
+                kind, seconds = kinds[child]
+                out[kind] = out.get(kind, 0.0) + seconds
+    return out
+
+
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+TRACE_CATEGORIES = [
+    "devtools.timeline",
+    "v8",
+    "disabled-by-default-devtools.timeline",
+    "blink.user_timing",
+]
+
+
+def first_visit(browser, base: str, pid: int, trace: Path | None = None) -> dict:
+    """One first visit in a fresh context (empty cache): navigation → first draw, and the CPU
+    it cost (main thread, renderer, every Chromium process, the server)."""
+    context = browser.new_context(bypass_csp=True, viewport={"width": 1280, "height": 800})
+    try:
+        log_in(context, base)
+        page = context.new_page()
+        page.add_init_script(PROBE)
+        cdp = context.new_cdp_session(page)
+        cdp.send("Performance.enable")
+        load = load_average()
+        chromium, server = chromium_cpu(), cpu_seconds(pid)
+        if trace:
+            browser.start_tracing(page=page, path=str(trace), categories=TRACE_CATEGORIES)
+        page.goto(f"{base}/chat/")
+        page.wait_for_function("window.__bench && window.__bench.ready !== null", timeout=300_000)
+        ready = page.evaluate("window.__bench.ready")
+        metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+        server = cpu_seconds(pid) - server
+        after = chromium_cpu()
+        if trace:
+            browser.stop_tracing()
+        return {
+            "first_draw_ms": ready,
+            "main_thread_cpu_ms": metrics["ThreadTime"] * 1000,
+            "renderer_cpu_ms": metrics["ProcessTime"] * 1000,
+            "chromium_cpu_ms": {k: (v - chromium.get(k, 0.0)) * 1000 for k, v in after.items()},
+            "server_cpu_ms": server * 1000,
+            "load": load,
+            **({"trace": trace_summary(trace, ready)} if trace else {}),
+        }
+    finally:
+        context.close()
+
+
+def trace_summary(path: Path, ready_ms: float) -> dict:
+    """CPU (thread time) per thread name, navigation start → first draw, from a trace's
+    top-level tasks; and the longest of them on the main thread."""
+    data = json.loads(path.read_text())
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    names = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"
+    }
+    origin = next(
+        e["ts"]
+        for e in events
+        if e.get("name") == "navigationStart"
+        and "/chat/" in e["args"].get("data", {}).get("documentLoaderURL", "")
+    )
+    end = origin + ready_ms * 1000
+    cpu: dict[str, float] = {}
+    longest = 0.0
+    for e in events:
+        if e.get("ph") != "X" or e.get("name") not in ("RunTask", "ThreadControllerImpl::RunTask"):
+            continue
+        if not origin <= e["ts"] <= end:
+            continue
+        thread = names.get((e["pid"], e["tid"]), "?")
+        cpu[thread] = cpu.get(thread, 0.0) + e.get("tdur", 0) / 1000
+        if thread == "CrRendererMain":
+            longest = max(longest, e["dur"] / 1000)
+    busiest = dict(sorted(cpu.items(), key=lambda kv: -kv[1])[:8])
+    return {"cpu_ms_by_thread": busiest, "longest_main_task_ms": longest}
+
+
 def warm_server(browser, base: str, pid: int) -> float:
     """One logged-in read of the tile JSON, then the server left to finish its start-up work
     (GEOSENSE_INDEX_WARM: the index, the tiles' shapes and the tiles of the data's extent), as
@@ -296,8 +419,9 @@ def tile_timeline(spans: list[tuple[float, float]], origin: float) -> dict:
     }
 
 
-def measure_map(browser, base: str, bounds: list[float], pid: int) -> dict:
-    warm_s = warm_server(browser, base, pid)
+def measure_map(browser, base: str, bounds: list[float]) -> dict:
+    """The tour, the server's own tile latency, the scripted move and the heap, in one fresh
+    context that first visits and reloads the page."""
     context = browser.new_context(bypass_csp=True, viewport={"width": 1280, "height": 800})
     tiles = TileRequests(context)
     log_in(context, base)
@@ -325,8 +449,7 @@ def measure_map(browser, base: str, bounds: list[float], pid: int) -> dict:
     context.close()
     frames = moved["frames"]
     return {
-        "server_warm_s": warm_s,
-        "first_draw_ms": first_draw,
+        "tour_first_draw_ms": first_draw,
         "repeat_draw_ms": repeat_draw,
         "first_visit": timeline,
         "tour": tours,
@@ -338,6 +461,65 @@ def measure_map(browser, base: str, bounds: list[float], pid: int) -> dict:
         "frames": len(frames),
         "heap_mb": heap / 2**20,
     }
+
+
+def median_of(visits: list[dict], key: str) -> float:
+    return statistics.median(visit[key] for visit in visits)
+
+
+def measure_size(
+    browser, db: Path, maps: list[tuple[str, Path]], visits: int, trace_dir: Path | None, tour: bool
+) -> list[dict]:
+    """Every map on one database: servers started side by side, first visits taking turns,
+    then each map's tour."""
+    count, bounds = data_bounds(db)
+    servers: dict[str, tuple[subprocess.Popen, str]] = {}
+    try:
+        for name, checkout in maps:
+            port = free_port()
+            servers[name] = (
+                start_daphne(checkout, db, port, db.with_suffix(f".{name}.log")),
+                f"http://127.0.0.1:{port}",
+            )
+        warm = {
+            name: warm_server(browser, base, server.pid) for name, (server, base) in servers.items()
+        }
+        firsts: dict[str, list[dict]] = {name: [] for name in servers}
+        for _ in range(visits):
+            for name, (server, base) in servers.items():
+                firsts[name].append(first_visit(browser, base, server.pid))
+        rows = []
+        for name, (server, base) in servers.items():
+            traced = {}
+            if trace_dir:
+                trace_dir.mkdir(parents=True, exist_ok=True)
+                path = trace_dir / f"{count}-{name}.json"
+                traced = {"traced_visit": first_visit(browser, base, server.pid, path)}
+            load = load_average()
+            rows.append(
+                {
+                    "annotations": count,
+                    "map": name,
+                    "server_warm_s": warm[name],
+                    "first_draw_ms": median_of(firsts[name], "first_draw_ms"),
+                    "main_thread_cpu_ms": median_of(firsts[name], "main_thread_cpu_ms"),
+                    "renderer_cpu_ms": median_of(firsts[name], "renderer_cpu_ms"),
+                    "chromium_cpu_ms": statistics.median(
+                        sum(v["chromium_cpu_ms"].values()) for v in firsts[name]
+                    ),
+                    "server_cpu_ms": median_of(firsts[name], "server_cpu_ms"),
+                    "first_visits": firsts[name],
+                    **traced,
+                    **(measure_map(browser, base, bounds) if tour else {}),
+                    "load": [load, load_average()],
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+        return rows
+    finally:
+        for server, _ in servers.values():
+            server.terminate()
+            server.wait(timeout=30)
 
 
 def data_bounds(db: Path) -> tuple[int, list[float]]:
@@ -353,61 +535,83 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", type=Path, action="append", required=True)
     parser.add_argument("--before", type=Path, default=None)
+    parser.add_argument("--before-label", default="leaflet", help="the --before map's name")
+    parser.add_argument("--visits", type=int, default=5, help="first visits per map (median)")
+    parser.add_argument("--trace", type=Path, default=None, help="a directory for traces")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--no-tour", action="store_true", help="first visits only (no reload, tour, move, heap)"
+    )
     parser.add_argument(
         "--chromium-arg", action="append", default=[], help="another Chromium flag (repeatable)"
     )
     args = parser.parse_args()
-    maps = [("maplibre", ROOT)] + ([("leaflet", args.before)] if args.before else [])
+    maps = [("maplibre", ROOT)] + ([(args.before_label, args.before)] if args.before else [])
     results = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM, headless=True, args=[*CHROMIUM_ARGS, *args.chromium_arg]
         )
         for db in args.db:
-            count, bounds = data_bounds(db)
-            for name, checkout in maps:
-                port = free_port()
-                log = db.with_suffix(f".{name}.log")
-                server = start_daphne(checkout, db, port, log)
-                try:
-                    figures = measure_map(browser, f"http://127.0.0.1:{port}", bounds, server.pid)
-                finally:
-                    server.terminate()
-                    server.wait(timeout=30)
-                results.append({"annotations": count, "map": name, **figures})
-                print(json.dumps(results[-1]), flush=True)
+            results += measure_size(browser, db, maps, args.visits, args.trace, not args.no_tour)
         browser.close()
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
     for row in results:
-        cold, warm = row["tour"]["cold"], row["tour"]["warm"]
-        print(
-            f"{row['annotations']:>9,} {row['map']:<9} first draw {row['first_draw_ms']:7.0f} ms"
-            f" (again {row['repeat_draw_ms']:.0f} ms)"
-            f" | tiles cold p50/p99 {cold['p50_ms'] or 0:5.1f}/{cold['p99_ms'] or 0:6.1f} ms"
-            f" warm {warm['p50_ms'] or 0:5.1f}/{warm['p99_ms'] or 0:6.1f} ms"
-            f" largest {cold['largest_bytes'] or 0:>7} B"
-            f" | server fresh p50/p99 {row['serial']['fresh']['p50_ms'] or 0:.1f}/"
-            f"{row['serial']['fresh']['p99_ms'] or 0:.1f} ms,"
-            f" 304 {row['serial']['revalidated']['p50_ms'] or 0:.1f}/"
-            f"{row['serial']['revalidated']['p99_ms'] or 0:.1f} ms"
-            f" | long tasks {row['long_tasks']} (max {row['longest_task_ms']:.0f} ms)"
-            f" frames p50/p99 {row['frame_p50_ms'] or 0:.1f}/{row['frame_p99_ms'] or 0:.1f} ms"
-            f" | heap {row['heap_mb']:.1f} MB"
-        )
+        print_row(row)
     if len(maps) == 2:
         for count in sorted({row["annotations"] for row in results}):
             new, old = (
                 next(r for r in results if r["annotations"] == count and r["map"] == m)
-                for m in ("maplibre", "leaflet")
+                for m in ("maplibre", args.before_label)
             )
             print(
-                f"{count:>9,} first draw leaflet/maplibre"
+                f"{count:>9,} {args.before_label}/maplibre: first draw"
                 f" {old['first_draw_ms'] / new['first_draw_ms']:.2f}x,"
-                f" frame p99 {(old['frame_p99_ms'] or 0) / (new['frame_p99_ms'] or 1):.2f}x,"
-                f" heap {old['heap_mb'] / new['heap_mb']:.2f}x"
+                f" main-thread CPU {old['main_thread_cpu_ms'] / new['main_thread_cpu_ms']:.2f}x,"
+                f" renderer CPU {old['renderer_cpu_ms'] / new['renderer_cpu_ms']:.2f}x,"
+                f" Chromium CPU {old['chromium_cpu_ms'] / new['chromium_cpu_ms']:.2f}x"
+                + (
+                    f", frame p99 {(old['frame_p99_ms'] or 0) / (new['frame_p99_ms'] or 1):.2f}x,"
+                    f" heap {old['heap_mb'] / new['heap_mb']:.2f}x"
+                    if "tour" in new
+                    else ""
+                )
             )
+
+
+def tour_figures(tour: dict) -> str:
+    """p50/p99 of a tour's tile requests, or that it asked none (all in MapLibre's memory)."""
+    if not tour["tiles"]:
+        return "none asked"
+    return f"p50/p99 {tour['p50_ms']:5.1f}/{tour['p99_ms']:6.1f} ms ({tour['tiles']})"
+
+
+def print_row(row: dict) -> None:
+    draws = sorted(round(v["first_draw_ms"]) for v in row["first_visits"])
+    load = f"load {min(v['load'] for v in row['first_visits']):.1f}-{max(row['load']):.1f}"
+    first = (
+        f"{row['annotations']:>9,} {row['map']:<9} first draw median {row['first_draw_ms']:6.0f} ms"
+        f" of {draws}; CPU to first draw: main thread {row['main_thread_cpu_ms']:.0f} ms,"
+        f" renderer {row['renderer_cpu_ms']:.0f} ms, all Chromium {row['chromium_cpu_ms']:.0f} ms,"
+        f" server {row['server_cpu_ms']:.0f} ms"
+    )
+    if "tour" not in row:
+        print(f"{first} | {load}")
+        return
+    cold, warm = row["tour"]["cold"], row["tour"]["warm"]
+    print(
+        f"{first}, reload {row['repeat_draw_ms']:.0f} ms"
+        f" | tiles cold {tour_figures(cold)} warm {tour_figures(warm)}"
+        f" largest {cold['largest_bytes'] or 0:>7} B"
+        f" | server fresh p50/p99 {row['serial']['fresh']['p50_ms'] or 0:.1f}/"
+        f"{row['serial']['fresh']['p99_ms'] or 0:.1f} ms,"
+        f" 304 {row['serial']['revalidated']['p50_ms'] or 0:.1f}/"
+        f"{row['serial']['revalidated']['p99_ms'] or 0:.1f} ms"
+        f" | long tasks {row['long_tasks']} (max {row['longest_task_ms']:.0f} ms)"
+        f" frames p50/p99 {row['frame_p50_ms'] or 0:.1f}/{row['frame_p99_ms'] or 0:.1f} ms"
+        f" | heap {row['heap_mb']:.1f} MB | {load}"
+    )
 
 
 if __name__ == "__main__":
