@@ -33,7 +33,7 @@ import shapely
 
 from .base import base_shapes, demo_blocks
 from .index import ClassIndex, SpatialIndex, spatial_index
-from .mvt import tile_encode
+from .mvt import Layer, layer_of_dicts, tile_encode
 from .spatial import spatial_backend
 
 LAYER = "annotations"
@@ -45,6 +45,9 @@ EXACT_ZOOM = 16
 MIN_ZOOM, MAX_ZOOM = 0, 22
 CELL_PIXELS = 16  # count points: one per class per cell of this many pixels
 MAX_TILE_BYTES = 500_000
+# gzip level 4 against 6 at a million annotations (the largest zoom-13 tile, 1.24 MB of MVT):
+# 17 against 47 ms of CPU, 469 against 457 KB (docs/benchmarks.md).
+GZIP_LEVEL = 4
 TILE_URL = "/tiles/annotations/{z}/{x}/{y}.mvt"
 # Below OVERVIEW_ZOOM the smallest annotation drawn alone grows 2x per zoom out, up to
 # OVERVIEW_PIXELS: a map opening on a million annotations (zoom ~10) got ~13,000 road lines
@@ -52,7 +55,7 @@ TILE_URL = "/tiles/annotations/{z}/{x}/{y}.mvt"
 OVERVIEW_ZOOM = 12
 OVERVIEW_PIXELS = 4.0
 # Changing how tiles are drawn changes every ETag.
-ENCODING_VERSION = "2"
+ENCODING_VERSION = "3"
 
 EARTH_RADIUS = 6_378_137.0
 HALF_WORLD = math.pi * EARTH_RADIUS
@@ -284,27 +287,28 @@ def _render(index: SpatialIndex, z: int, x: int, y: int, selections: list[_Selec
     pixel = min(OVERVIEW_PIXELS, 2.0 ** max(0, OVERVIEW_ZOOM - z))
     base = _base_features(index, z, x, y)
     while True:
-        features = []
+        drawn = []
         for selection in selections:
-            features.extend(_features(index, z, x, y, selection, pixel))
-        layers = [layer_of(LAYER, features)]
+            drawn.extend(_features(index, z, x, y, selection, pixel))
+        layers = [_annotations_layer(drawn)]
         if base:
             layers.append(layer_of(BASE_LAYER, base))
-        data = gzip.compress(
-            tile_encode(layers, extent=EXTENT),
-            compresslevel=6,
-            mtime=0,
-        )
+        data = tile_compress(tile_encode(layers, extent=EXTENT))
         if len(data) <= MAX_TILE_BYTES or z >= EXACT_ZOOM:
             return data
         pixel *= 4
 
 
-def layer_of(name: str, features: list[dict[str, Any]]):
-    return (
-        name,
-        np.array([f["geometry"] for f in features], dtype=object),
-        [f["properties"] for f in features],
+def tile_compress(data: bytes) -> bytes:
+    """A tile as served (both backends): gzip at GZIP_LEVEL, no timestamp (same bytes, same
+    ETag's body)."""
+    return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+
+
+def layer_of(name: str, features: list[dict[str, Any]]) -> Layer:
+    """A layer of a few features given as dicts (`geometry`, `properties`): the base layer."""
+    return layer_of_dicts(
+        name, [f["geometry"] for f in features], [f["properties"] for f in features]
     )
 
 
@@ -340,22 +344,58 @@ def base_layer_features(
     ]
 
 
+@dataclass(frozen=True)
+class _Drawn:
+    """Features of one class in a tile, as columns (masked where a feature has no such
+    property): count points have `count` and no id, annotations an id and their measures."""
+
+    name: str
+    geoms: np.ndarray
+    ids: np.ma.MaskedArray
+    counts: np.ma.MaskedArray
+    areas: np.ma.MaskedArray
+    lengths: np.ma.MaskedArray
+
+
+def _annotations_layer(drawn: list[_Drawn]) -> Layer:
+    if not drawn:
+        return Layer(LAYER, np.zeros(0, dtype=object))
+    ids = np.ma.concatenate([d.ids for d in drawn])
+    return Layer(
+        LAYER,
+        np.concatenate([d.geoms for d in drawn]),
+        {
+            "id": ids,
+            "class": np.concatenate([np.full(len(d.geoms), d.name) for d in drawn]),
+            "count": np.ma.concatenate([d.counts for d in drawn]),
+            "area_m2": np.ma.concatenate([d.areas for d in drawn]),
+            "length_m": np.ma.concatenate([d.lengths for d in drawn]),
+        },
+        ids=ids,
+    )
+
+
+def _none(n: int, dtype: type) -> np.ma.MaskedArray:
+    return np.ma.masked_all(n, dtype=dtype)
+
+
 def _features(
     index: SpatialIndex, z: int, x: int, y: int, selection: _Selection, pixel: float
-) -> list[dict[str, Any]]:
+) -> list[_Drawn]:
     """One class's features in a tile; annotations under `pixel` pixels are counted per cell
-    (below EXACT_ZOOM)."""
+    (below EXACT_ZOOM). A shape is clipped to the buffered tile only where it crosses its
+    edge, and simplified only where it has points to lose."""
     west, south, east, _ = tile_bounds(z, x, y)
     size = east - west
     units = EXTENT / size  # tile units per Mercator metre
     class_index, positions, bounds = selection.class_index, selection.positions, selection.bounds
     name = class_index.category
-    features: list[dict[str, Any]] = []
+    features: list[_Drawn] = []
     if z < EXACT_ZOOM:
         extent_px = np.maximum(bounds[:, 2] - bounds[:, 0], bounds[:, 3] - bounds[:, 1])
         small = extent_px * TILE_PIXELS / size < pixel
         features.extend(_count_points(name, bounds[small], west, south, size, pixel))
-        positions = positions[~small]
+        positions, bounds = positions[~small], bounds[~small]
     if not len(positions):
         return features
     shapes, _ = _mercator_of(class_index, index)
@@ -363,29 +403,48 @@ def _features(
         shapes[positions],
         lambda c: np.column_stack([(c[:, 0] - west) * units, (south + size - c[:, 1]) * units]),
     )
-    in_tile = shapely.clip_by_rect(in_tile, -BUFFER, -BUFFER, EXTENT + BUFFER, EXTENT + BUFFER)
+    low, high = -BUFFER / units, (EXTENT + BUFFER) / units  # the buffered tile, from its corner
+    crosses = (
+        (bounds[:, 0] - west < low)
+        | (bounds[:, 2] - west > high)
+        | (south + size - bounds[:, 3] < low)
+        | (south + size - bounds[:, 1] > high)
+    )
+    in_tile[crosses] = shapely.clip_by_rect(
+        in_tile[crosses], -BUFFER, -BUFFER, EXTENT + BUFFER, EXTENT + BUFFER
+    )
     if z < EXACT_ZOOM:
         tolerance = EXTENT / TILE_PIXELS * pixel / 2
         in_tile = shapely.simplify(in_tile, tolerance, preserve_topology=True)
-    ids = class_index.ids[positions].tolist()
-    measures = class_index.measures[positions].tolist()
-    dims = shapely.get_dimensions(in_tile).tolist()
-    for n, geom in enumerate(in_tile):
-        if geom is None or geom.is_empty:
-            continue
-        properties: dict[str, Any] = {"id": ids[n], "class": name}
-        area, length = measures[n]
-        if dims[n] == 2:
-            properties["area_m2"] = round(area, 2)
-        if dims[n] >= 1:
-            properties["length_m"] = round(length, 2)
-        features.append({"geometry": geom, "properties": properties})
+    dims = shapely.get_dimensions(in_tile)
+    measures = class_index.measures[positions]
+    features.append(
+        _Drawn(
+            name,
+            in_tile,
+            np.ma.array(class_index.ids[positions].astype(np.int64)),
+            _none(len(positions), np.int64),
+            np.ma.array(round2(measures[:, 0]), mask=dims != 2),
+            np.ma.array(round2(measures[:, 1]), mask=dims < 1),
+        )
+    )
     return features
+
+
+def round2(values: np.ndarray) -> np.ndarray:
+    """`round(v, 2)` of each value, as Python rounds (the nearest double to the correctly
+    rounded decimal), in numpy: rint(100 v) / 100 is that except where 100 v is within float
+    error of a half; those few go through `round`."""
+    scaled = values * 100
+    rounded = np.rint(scaled) / 100
+    tie = np.abs(scaled - np.floor(scaled) - 0.5) <= 1e-6 + np.abs(scaled) * 1e-14
+    rounded[tie] = [round(v, 2) for v in values[tie].tolist()]
+    return rounded
 
 
 def _count_points(
     name: str, bounds: np.ndarray, west: float, south: float, size: float, pixel: float
-) -> list[dict[str, Any]]:
+) -> list[_Drawn]:
     """One point per cell holding annotations of the class: where they are on average, and
     how many."""
     if not len(bounds):
@@ -400,12 +459,20 @@ def _count_points(
     sum_x = np.bincount(cell, weights=cx, minlength=cells * cells)
     sum_y = np.bincount(cell, weights=cy, minlength=cells * cells)
     units = EXTENT / size
-    features = []
-    for c in np.flatnonzero(counts).tolist():
-        mx, my = sum_x[c] / counts[c], sum_y[c] / counts[c]
-        point = shapely.Point(round((mx - west) * units), round((south + size - my) * units))
-        features.append({"geometry": point, "properties": {"class": name, "count": int(counts[c])}})
-    return features
+    held = np.flatnonzero(counts)
+    mx, my = sum_x[held] / counts[held], sum_y[held] / counts[held]
+    points = shapely.points(np.rint((mx - west) * units), np.rint((south + size - my) * units))
+    n = len(held)
+    return [
+        _Drawn(
+            name,
+            points,
+            _none(n, np.int64),
+            np.ma.array(counts[held].astype(np.int64)),
+            _none(n, np.float64),
+            _none(n, np.float64),
+        )
+    ]
 
 
 _backends: dict[str, TileBackend] = {}

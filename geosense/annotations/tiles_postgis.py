@@ -22,7 +22,6 @@ the ETags of the tiles it touches and no other. Drawn tiles are kept by ETag, in
 per-process cache, as the index's backend does.
 """
 
-import gzip
 import hashlib
 from typing import Any
 
@@ -243,7 +242,7 @@ class PostgisTileBackend:
         base = self._base(z, x, y, generation)
         pixel = 1.0
         while True:
-            data = gzip.compress(layer + base, compresslevel=6, mtime=0)
+            data = tiles.tile_compress(layer + base)
             if len(data) <= tiles.MAX_TILE_BYTES or z >= tiles.EXACT_ZOOM:
                 return data
             pixel *= 4

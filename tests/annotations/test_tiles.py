@@ -340,3 +340,18 @@ def test_an_overview_counts_lines_of_a_few_pixels_that_closer_tiles_draw(logged_
         ]
     # ~138 m: ~2.3 pixels at zoom 10, ~9 pixels at zoom 12.
     assert kinds == {10: [("Point", None, 1)], 12: [("LineString", road.pk, None)]}
+
+
+def test_measures_are_rounded_as_python_rounds_them():
+    rng = np.random.default_rng(3)
+    values = np.concatenate(
+        [
+            rng.uniform(0, 1e6, 20_000),
+            np.round(rng.uniform(0, 1e4, 5_000), 3) + 0.005,  # halves, as near as floats get
+            [0.125, 2.675, 1.005, 0.0, 1e15 + 0.5, float("nan")],
+        ]
+    )
+    rounded = tiles.round2(values)
+    expected = [round(v, 2) for v in values.tolist()]
+    assert rounded[:-1].tolist() == expected[:-1]
+    assert math.isnan(rounded[-1])
