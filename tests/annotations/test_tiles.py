@@ -355,3 +355,31 @@ def test_measures_are_rounded_as_python_rounds_them():
     expected = [round(v, 2) for v in values.tolist()]
     assert rounded[:-1].tolist() == expected[:-1]
     assert math.isnan(rounded[-1])
+
+
+def test_shapes_left_unsimplified_are_those_simplify_leaves_as_they_are():
+    rng = np.random.default_rng(5)
+    made = []
+    for _ in range(3_000):
+        x, y = rng.uniform(0, 4000, 2)
+        w, h = rng.uniform(0.5, 40, 2)
+        turn = rng.uniform(0, 90)
+        quad = shapely.affinity.rotate(shapely.box(x, y, x + w, y + h), turn)
+        made += [
+            quad,
+            shapely.Polygon([(x, y), (x + w, y), (x, y + h)]),
+            shapely.LineString([(x, y), (x + w, y + h)]),
+            shapely.Point(x, y),
+            shapely.Point(x, y).buffer(w, quad_segs=4),  # a pool: always simplified
+        ]
+    geoms = np.array(made, dtype=object)
+    tolerance = 4.0
+
+    may = tiles._simplify_may_change(geoms, tolerance)
+
+    simplified = shapely.simplify(geoms, tolerance, preserve_topology=True)
+    left = ~may
+    assert shapely.equals_exact(simplified[left], geoms[left], 0.0).all()
+    changed = ~shapely.equals_exact(simplified, geoms, 0.0)
+    assert changed.any() and (~left[changed]).all()
+    assert left.sum() > len(made) / 2  # most are not simplified at all
