@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Case, F, TextField, Value, When
+from django.db.models import Case, F, QuerySet, TextField, Value, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Length, Substr
+
+from geosense.compiled import CompiledRead, db_value
 
 from .models import Artifact, Message
 
@@ -94,7 +96,7 @@ class _Row:
     tool_call_id: str
 
 
-def _rows_before(session_id: object, before: int | None) -> list[_Row]:
+def _rows_before_query(session_id: object, before: int | None) -> QuerySet:
     rows = Message.objects.filter(session_id=session_id).exclude(role=Message.Role.NOTE)
     if before is not None:
         rows = rows.filter(id__lt=before)
@@ -107,7 +109,24 @@ def _rows_before(session_id: object, before: int | None) -> list[_Row]:
         size=Length("content"),
     ).order_by("-id")
     fields = ("id", "turn", "role", "text", "size", "tool_calls", "tool_call_id")
-    return [_Row(*values) for values in rows.values_list(*fields)[:READ_BATCH]]
+    return rows.values_list(*fields)[:READ_BATCH]
+
+
+def _rows_before_tail(connection: Any, session_id: object, before: int | None) -> list[Any]:
+    tail = [db_value(Message, "session", session_id, connection), Message.Role.NOTE]
+    return tail if before is None else [*tail, before]
+
+
+# Every step of every turn reads its window: compiled once per process (geosense/compiled.py).
+_ROWS_BEFORE = CompiledRead(
+    build=_rows_before_query,
+    tail=_rows_before_tail,
+    shape=lambda session_id, before: before is None,
+)
+
+
+def _rows_before(session_id: object, before: int | None) -> list[_Row]:
+    return [_Row(*values) for values in _ROWS_BEFORE.rows(session_id, before)]
 
 
 def contexts_of_messages(message_ids: Iterable[int]) -> dict[int, list[tuple[str, str, Any]]]:
@@ -116,7 +135,15 @@ def contexts_of_messages(message_ids: Iterable[int]) -> dict[int, list[tuple[str
     ids = list(message_ids)
     if not ids:
         return {}
-    rows = (
+    found: dict[int, list[tuple[str, str, Any]]] = {}
+    for message_id, artifact_id, kind, body, width, height in _CONTEXTS.rows(ids):
+        data = {"width": _whole(width), "height": _whole(height)} if kind == "image" else body
+        found.setdefault(message_id, []).append((artifact_id, kind, data))
+    return found
+
+
+def _contexts_query(ids: list[int]) -> QuerySet:
+    return (
         Artifact.objects.filter(message_id__in=ids)
         .annotate(
             body=Case(When(kind="image", then=Value(None)), default=F("data")),
@@ -126,11 +153,10 @@ def contexts_of_messages(message_ids: Iterable[int]) -> dict[int, list[tuple[str
         .order_by("id")
         .values_list("message_id", "artifact_id", "kind", "body", "width", "height")
     )
-    found: dict[int, list[tuple[str, str, Any]]] = {}
-    for message_id, artifact_id, kind, body, width, height in rows:
-        data = {"width": _whole(width), "height": _whole(height)} if kind == "image" else body
-        found.setdefault(message_id, []).append((artifact_id, kind, data))
-    return found
+
+
+# A batch's user messages' contexts, every step: compiled once per number of ids.
+_CONTEXTS = CompiledRead(build=_contexts_query, tail=lambda connection, ids: ids, shape=len)
 
 
 def _whole(value: Any) -> Any:

@@ -23,6 +23,7 @@ import socket
 import threading
 import uuid
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection, transaction
@@ -45,10 +46,15 @@ def heartbeats_on() -> bool:
     return settings.GEOSENSE_PROCESS_HEARTBEAT > 0
 
 
-def process_live_ids() -> QuerySet:
+def heartbeat_fresh_since() -> Any:
+    """The oldest heartbeat of a process still alive."""
+    return timezone.now() - timedelta(seconds=settings.GEOSENSE_PROCESS_STALE)
+
+
+def process_live_ids(*, since: Any = None) -> QuerySet:
     """The ids of the processes that heartbeated recently (a subquery for claims and
-    registrations)."""
-    fresh = timezone.now() - timedelta(seconds=settings.GEOSENSE_PROCESS_STALE)
+    registrations); `since`: `heartbeat_fresh_since()` as the caller read it."""
+    fresh = heartbeat_fresh_since() if since is None else since
     return ServerProcess.objects.filter(heartbeat__gte=fresh).values("id")
 
 

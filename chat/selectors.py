@@ -13,6 +13,7 @@ from django.db.models import (
     Count,
     Prefetch,
     Q,
+    QuerySet,
     TextField,
     Value,
     When,
@@ -22,6 +23,7 @@ from django.db.models.fields.json import KT
 from django.urls import reverse
 from django.utils import timezone
 
+from geosense.compiled import CompiledRead, db_value
 from geosense.wire import ApprovalData, DecisionData, MessageData
 from tools.client import ClientTool, ClientToolset
 from tools.registry import backend_tool
@@ -36,6 +38,7 @@ from .models import (
     ClientToolRegistration,
     Message,
     PendingDecision,
+    ServerProcess,
 )
 
 # The roles the page shows (tool messages are internals).
@@ -430,21 +433,46 @@ def client_toolset_of_session(*, session_id: object) -> ClientToolset | None:
     A socket of a process that stopped heartbeating is nobody's (chat/processes.py): its tools
     are not offered, and no call waits for it.
     """
-    registrations = ClientToolRegistration.objects.filter(session_id=session_id)
-    if processes.heartbeats_on():
-        registrations = registrations.filter(
-            Q(process=processes.PROCESS_ID) | Q(process__in=processes.process_live_ids())
-        )
-    registration = registrations.order_by("-updated").first()
-    if registration is None:
+    live = processes.heartbeats_on()
+    fresh = processes.heartbeat_fresh_since() if live else None
+    rows = _REGISTRATION_LATEST.rows(session_id, live, fresh)
+    if not rows:
         return None
-    tools = [ClientTool.from_declaration(item) for item in registration.tools]
+    channel_name, declared, process = rows[0]
+    tools = [ClientTool.from_declaration(item) for item in declared]
     return ClientToolset(
-        channel_name=registration.channel_name,
+        channel_name=channel_name,
         tools={tool.name: tool for tool in tools},
-        elsewhere=registration.process != processes.PROCESS_ID,
-        process=registration.process,
+        elsewhere=process != processes.PROCESS_ID,
+        process=process,
     )
+
+
+def _registration_latest_query(session_id: object, live: bool, fresh: Any) -> QuerySet:
+    registrations = ClientToolRegistration.objects.filter(session_id=session_id)
+    if live:
+        registrations = registrations.filter(
+            Q(process=processes.PROCESS_ID) | Q(process__in=processes.process_live_ids(since=fresh))
+        )
+    return registrations.order_by("-updated").values_list("channel_name", "tools", "process")[:1]
+
+
+def _registration_latest_tail(connection: Any, session_id: object, live: bool, fresh: Any):
+    tail = [db_value(ClientToolRegistration, "session", session_id, connection)]
+    if live:
+        tail += [
+            db_value(ClientToolRegistration, "process", processes.PROCESS_ID, connection),
+            db_value(ServerProcess, "heartbeat", fresh, connection),
+        ]
+    return tail
+
+
+# Every step reads the session's client tools: compiled once per process (geosense/compiled.py).
+_REGISTRATION_LATEST = CompiledRead(
+    build=_registration_latest_query,
+    tail=_registration_latest_tail,
+    shape=lambda session_id, live, fresh: live,
+)
 
 
 def user_request_latest(*, session_id: object) -> UserRequest:

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
+from geosense.compiled import CompiledRead, db_value
 from tools.client import ClientTool
 
 from . import processes
@@ -105,13 +106,26 @@ def session_release(*, session_id: object) -> None:
     )
 
 
-def turn_begin(*, session_id: object) -> int:
-    """Number the new turn (a resume continues the current one)."""
+def turn_begin(*, session_id: object, count: int | None = None) -> int:
+    """Number the new turn (a resume continues the current one). `count`: the session's
+    `turn_count` as just read under the claim (`session_turn_facts`), so numbering is one
+    conditional update; anything else (or a count that moved) reads the row locked."""
+    if count is not None and ChatSession.objects.filter(pk=session_id, turn_count=count).update(
+        turn_count=count + 1
+    ):
+        return count + 1
     with transaction.atomic():
         session = ChatSession.objects.select_for_update().get(pk=session_id)
         session.turn_count += 1
         session.save(update_fields=["turn_count"])
         return session.turn_count
+
+
+def session_turn_facts(*, session_id: object) -> tuple[int, bool]:
+    """(turn_count, whether the session has a title), in one read: a new message's turn
+    needs both (the repair's first turn and the numbering; the title from its first message)."""
+    count, title = ChatSession.objects.values_list("turn_count", "title").get(pk=session_id)
+    return count, bool(title)
 
 
 def message_store(
@@ -122,8 +136,11 @@ def message_store(
     content: str = "",
     tool_calls: list[dict[str, Any]] | None = None,
     draft_id: int | None = None,
+    titled: bool | None = None,
 ) -> Message:
-    """Store a message; `draft_id` completes the draft its stream was stored in so far."""
+    """Store a message; `draft_id` completes the draft its stream was stored in so far.
+    `titled`: whether the session has a title, when the caller read it already (a user
+    message titles an untitled session)."""
     if draft_id is not None:
         Message.objects.filter(pk=draft_id, session_id=session_id).update(
             content=content, tool_calls=tool_calls or [], cut_off=False
@@ -133,8 +150,9 @@ def message_store(
         session_id=session_id, turn=turn, role=role, content=content, tool_calls=tool_calls or []
     )
     if role == Message.Role.USER:
-        session = ChatSession.objects.get(pk=session_id)
-        if not session.title:
+        if titled is None:
+            titled = bool(ChatSession.objects.values_list("title", flat=True).get(pk=session_id))
+        if not titled:
             from .markup import message_plain_text
 
             title = " ".join(message_plain_text(content).split())[:TITLE_LENGTH] or "New session"
@@ -159,13 +177,14 @@ def message_draft_save(*, session_id: object, turn: int, draft_id: int | None, c
 
 
 def tool_calls_with_fresh_ids(
-    *, session_id: object, calls: list[dict[str, Any]]
+    *, session_id: object, calls: list[dict[str, Any]], turn: int | None = None
 ) -> list[dict[str, Any]]:
     """The step's calls, each with an id not used before in the session.
 
     Some OpenAI-compatible servers number calls per response (`call_0` every time); a reused
     id would make a new call look answered by an old result. Reads the ids like these, not
-    every call of the session: its cost does not grow with the session.
+    every call of the session: its cost does not grow with the session. `turn`: the running
+    turn holding the claim (the session's latest), which spares reading the turn count.
     """
     bases = {call["id"] or "call" for call in calls}
     named = models.Q()
@@ -179,7 +198,9 @@ def tool_calls_with_fresh_ids(
         )
     )
     for tool_calls in Message.objects.filter(
-        session_id=session_id, role=Message.Role.ASSISTANT, turn__gte=_turns_unsettled(session_id)
+        session_id=session_id,
+        role=Message.Role.ASSISTANT,
+        turn__gte=_turns_unsettled(session_id) if turn is None else max(0, turn - 1),
     ).values_list("tool_calls", flat=True):
         used.update(call["id"] for call in tool_calls or [])
     fresh = []
@@ -269,40 +290,40 @@ def _turns_unsettled(session_id: object) -> int:
     return max(0, (count or 0) - 1)
 
 
-def history_repair(*, session_id: object) -> int:
+def history_repair(
+    *, session_id: object, turn_count: int | None = None, pauses_open: bool = True
+) -> int:
     """Give every call that has no result (a crash, an error mid-step) its result.
 
     Calls of a message that waits on a pending pause are left alone: they run after it.
     Keeps engine invariant 1 (docs/architecture.md) whatever happened before: the history stays
     valid to send. Only the latest turns can hold such calls (`_turns_unsettled`), so only they
     are read: a repair at every turn's start and end must not cost the session's length.
+    `turn_count`: the session's, as the caller just read it; `pauses_open=False`: the caller
+    set every pause aside in this transaction (a new message), so none is read.
     """
-    since = _turns_unsettled(session_id)
-    paused = set(
-        Approval.objects.filter(session_id=session_id, status=Approval.Status.PENDING).values_list(
-            "message_id", flat=True
+    since = _turns_unsettled(session_id) if turn_count is None else max(0, turn_count - 1)
+    paused: set[int] = set()
+    if pauses_open:
+        paused = set(
+            Approval.objects.filter(
+                session_id=session_id, status=Approval.Status.PENDING
+            ).values_list("message_id", flat=True)
+        ) | set(
+            PendingDecision.objects.filter(
+                session_id=session_id, status=PendingDecision.Status.PENDING
+            ).values_list("message_id", flat=True)
         )
-    ) | set(
-        PendingDecision.objects.filter(
-            session_id=session_id, status=PendingDecision.Status.PENDING
-        ).values_list("message_id", flat=True)
-    )
-    answered = set(
-        Message.objects.filter(
-            session_id=session_id, role=Message.Role.TOOL, turn__gte=since
-        ).values_list("tool_call_id", flat=True)
-    )
+    answered = {call_id for (call_id,) in _RESULTS_SINCE.rows(session_id, since)}
     repaired = 0
-    for message in Message.objects.filter(
-        session_id=session_id, role=Message.Role.ASSISTANT, turn__gte=since
-    ).exclude(tool_calls=[]):
-        if message.pk in paused:
+    for message_id, turn, tool_calls in _CALLS_SINCE.rows(session_id, since):
+        if message_id in paused:
             continue
-        for call in message.tool_calls:
+        for call in tool_calls:
             if call["id"] not in answered:
                 tool_result_store(
                     session_id=session_id,
-                    turn=message.turn,
+                    turn=turn,
                     tool_call_id=call["id"],
                     tool_name=call["name"],
                     content={"error": INTERRUPTED_RESULT},
@@ -310,6 +331,35 @@ def history_repair(*, session_id: object) -> int:
                 )
                 repaired += 1
     return repaired
+
+
+def _results_since_query(session_id: object, since: int) -> models.QuerySet:
+    return Message.objects.filter(
+        session_id=session_id, role=Message.Role.TOOL, turn__gte=since
+    ).values_list("tool_call_id")
+
+
+def _calls_since_query(session_id: object, since: int) -> models.QuerySet:
+    return (
+        Message.objects.filter(session_id=session_id, role=Message.Role.ASSISTANT, turn__gte=since)
+        .exclude(tool_calls=[])
+        .order_by("id")
+        .values_list("id", "turn", "tool_calls")
+    )
+
+
+def _results_since_tail(connection: Any, session_id: object, since: int) -> list[Any]:
+    return [Message.Role.TOOL, db_value(Message, "session", session_id, connection), since]
+
+
+def _calls_since_tail(connection: Any, session_id: object, since: int) -> list[Any]:
+    session = db_value(Message, "session", session_id, connection)
+    return [Message.Role.ASSISTANT, session, since, db_value(Message, "tool_calls", [], connection)]
+
+
+# Every new message's turn repairs (engine invariant 1): its two reads compiled once per process.
+_RESULTS_SINCE = CompiledRead(build=_results_since_query, tail=_results_since_tail)
+_CALLS_SINCE = CompiledRead(build=_calls_since_query, tail=_calls_since_tail)
 
 
 def client_tools_register(*, channel_name: str, session_id, tools: Sequence[ClientTool]) -> None:

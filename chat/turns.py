@@ -222,11 +222,20 @@ def _contexts_checked(contexts: Any) -> list[wire.DataContext]:
 
 
 def _prepare_message(*, session_id: Any, user: Any, request: NewMessage) -> PreparedTurn:
+    """Set the pauses aside, repair, number the turn (only once the repair went through,
+    engine invariant 1) and store the message, with one read of the session for its count and
+    title. Under the claim nothing else writes either, so the repair reads no pause (all were
+    set aside just now) and the numbering is one conditional update."""
     approvals.pauses_set_aside(session_id=session_id)
-    services.history_repair(session_id=session_id)
-    turn = services.turn_begin(session_id=session_id)
+    count, titled = services.session_turn_facts(session_id=session_id)
+    services.history_repair(session_id=session_id, turn_count=count, pauses_open=False)
+    turn = services.turn_begin(session_id=session_id, count=count)
     message = services.message_store(
-        session_id=session_id, turn=turn, role=Message.Role.USER, content=request.text
+        session_id=session_id,
+        turn=turn,
+        role=Message.Role.USER,
+        content=request.text,
+        titled=titled,
     )
     for context in request.contexts:
         services.artifact_save(
@@ -632,6 +641,7 @@ class TurnRunner:
             draft_id=self.draft_id,
             tool_calls=services.tool_calls_with_fresh_ids(
                 session_id=self.session_id,
+                turn=self.turn,
                 calls=[
                     wire.StoredToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls
                 ],
@@ -647,6 +657,7 @@ class TurnRunner:
         for reported in usages:
             usage.usage_record(
                 session_id=self.session_id,
+                user_id=getattr(self.prepared.user, "pk", None),
                 turn=self.turn,
                 prompt_tokens=reported.prompt_tokens,
                 completion_tokens=reported.completion_tokens,

@@ -62,16 +62,24 @@ def turn_may_continue(*, user) -> bool:
 
 
 def usage_record(
-    *, session_id: object, turn: int, prompt_tokens: int, completion_tokens: int
+    *,
+    session_id: object,
+    turn: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    user_id: int | None = None,
 ) -> TurnUsage:
-    """Add one request's reported tokens to its turn and charge what the turn owes now."""
+    """Add one request's reported tokens to its turn and charge what the turn owes now.
+    `user_id`: the session's owner, when the caller knows it (not read again). A turn's first
+    request inserts its row with the counts (one write)."""
     with transaction.atomic():
         usage = (
             TurnUsage.objects.select_for_update().filter(session_id=session_id, turn=turn).first()
         )
         if usage is None:
-            user_id = ChatSession.objects.values_list("user_id", flat=True).get(pk=session_id)
-            usage = TurnUsage.objects.create(session_id=session_id, user_id=user_id, turn=turn)
+            if user_id is None:
+                user_id = ChatSession.objects.values_list("user_id", flat=True).get(pk=session_id)
+            usage = TurnUsage(session_id=session_id, user_id=user_id, turn=turn)
         usage.requests += 1
         usage.prompt_tokens += max(0, prompt_tokens)
         usage.completion_tokens += max(0, completion_tokens)

@@ -7,6 +7,7 @@ from channels.layers import get_channel_layer
 from django.db import models, transaction
 
 from geosense import wire
+from geosense.compiled import CompiledRead
 
 from .types import CLASS_MAX_LENGTH
 
@@ -79,8 +80,8 @@ class AnnotationRevision(models.Model):
     @classmethod
     def state(cls) -> tuple[str, str]:
         """(token, generation) as of now; ("", "") before the first write."""
-        row = cls.objects.filter(pk=1).values_list("token", "generation").first()
-        return (row[0], row[1]) if row else ("", "")
+        rows = _STATE.rows()
+        return (rows[0][0], rows[0][1]) if rows else ("", "")
 
     @classmethod
     def bump(cls, *, content: bool = True) -> str:
@@ -92,6 +93,13 @@ class AnnotationRevision(models.Model):
             cls.objects.update_or_create(pk=1, defaults={"token": token, "generation": token})
         transaction.on_commit(lambda: _announce(token), robust=True)
         return token
+
+
+# Read by every query of the index and every step's prompt: compiled once per process.
+_STATE = CompiledRead(
+    build=lambda: AnnotationRevision.objects.filter(pk=1).values_list("token", "generation")[:1],
+    tail=lambda connection: [1],
+)
 
 
 def _announce(token: str) -> None:

@@ -95,7 +95,7 @@ def annotation_overview() -> DatasetOverview:
     else:
         shapes = {name: _class_shape(c) for name, c in index.classes.items()}
         _shapes_cache = (id(index), index.revision, shapes)
-    counts = annotation_counts()
+    counts = index.counts()  # the index just read: not the revision row a second time
     return DatasetOverview(
         counts=counts, shapes={name: shapes.get(name, "mixed") for name in counts}
     )

@@ -8,6 +8,7 @@ import threading
 import pytest
 from channels.layers import get_channel_layer
 from django.db.backends import utils as db_utils
+from django.db.models.sql import compiler as sql_compiler
 
 from chat.events import session_group
 from geosense import dbpool
@@ -24,10 +25,12 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 
 class Costs:
-    """Pool trips and SQL statements (any thread) while counting."""
+    """Pool trips, SQL statements and the ORM's compiles of a query (any thread) while
+    counting."""
 
     def __init__(self, monkeypatch) -> None:
         self.trips = 0
+        self.compiled = 0
         self.statements: list[str] = []
         self._lock = threading.Lock()
         submit, execute = dbpool._Pool.submit, db_utils.CursorWrapper._execute
@@ -42,8 +45,16 @@ class Costs:
                 self.statements.append(sql[:80])
             return execute(cursor, sql, params, *ignored)
 
+        compile_sql = sql_compiler.SQLCompiler.as_sql
+
+        def counted_compile(compiler, *args, **kwargs):
+            with self._lock:
+                self.compiled += 1
+            return compile_sql(compiler, *args, **kwargs)
+
         monkeypatch.setattr(dbpool._Pool, "submit", counted_submit)
         monkeypatch.setattr(db_utils.CursorWrapper, "_execute", counted_execute)
+        monkeypatch.setattr(sql_compiler.SQLCompiler, "as_sql", counted_compile)
 
 
 async def test_a_turn_with_one_served_client_call_costs_few_pool_trips_and_statements(
@@ -63,9 +74,15 @@ async def test_a_turn_with_one_served_client_call_costs_few_pool_trips_and_state
     assert out.names()[-1] == "turn_end"
     # The claim and the user's message; each of the two steps' reads, then its message; the
     # call's result; the end (the release). It was 22 trips, one per ORM call, and 56
-    # statements (the request's own and the socket's closing included) at e5351e0.
+    # statements (the request's own and the socket's closing included) at e5351e0, 47 at
+    # 2efd665 (the new message's preparation in one transaction reading the session once,
+    # the overview's revision read once, the usage row inserted with its counts, the fresh
+    # call ids without the turn count: 37).
     assert trips <= 7, trips
-    assert len(costs.statements) <= 47, costs.statements
+    assert len(costs.statements) <= 37, costs.statements
+    # The window, contexts, client tools, revision and repair reads are compiled once per
+    # process (geosense/compiled.py), not per statement: 29 compiles at 2efd665.
+    assert costs.compiled <= 13, costs.compiled
 
 
 async def test_a_text_turn_costs_few_pool_trips_and_statements(
@@ -78,7 +95,9 @@ async def test_a_text_turn_costs_few_pool_trips_and_statements(
     out = await start_turn(client, trusted_caller, "hello")
     assert out.names()[-1] == "turn_end"
     assert costs.trips <= 4, costs.trips  # it was 12
-    assert len(costs.statements) <= 29, costs.statements  # 37 at e5351e0
+    assert len(costs.statements) <= 21, costs.statements  # 37 at e5351e0, 29 at 2efd665
+    # The hot reads run SQL compiled once per process (geosense/compiled.py): 20 at 2efd665.
+    assert costs.compiled <= 8, costs.compiled
 
 
 async def test_events_for_sockets_all_served_directly_skip_the_in_memory_layer(

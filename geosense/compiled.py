@@ -1,0 +1,115 @@
+"""Reads whose SQL Django compiles once per process, then runs with new values.
+
+Under one GIL, building and compiling a queryset (filters, `Case`/`When`, JSON key transforms,
+the compiler's joins and ordering) cost more CPU than SQLite's own work for the turn engine's
+hot reads: a turn ran ~20 of them on the one database thread every user's turn queues on
+(issue 15, docs/benchmarks.md). A `CompiledRead` keeps the queryset as the definition (one
+home, every database Django supports) and skips the build and compile after the first call.
+
+Each read says how the last of its SQL's parameters are made from its arguments (`tail`: the
+filters' values, prepared for the database); those before them (the selected expressions'
+constants, which differ between databases) are the first compile's. The first call of a shape
+(per database alias and vendor) runs the queryset through the ORM and keeps its SQL only if
+Django's own parameters end with `tail`'s: a Django that compiles differently leaves that read
+on the ORM (logged once), never with values bound in the wrong places. Later calls run the kept
+SQL with those parameters and apply the converters the ORM would (JSON decoded, dates, etc.).
+"""
+
+import logging
+import threading
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import QuerySet
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    sql: str
+    head: tuple[Any, ...]  # the parameters before the tail, as first compiled
+    # (position in the row, converters in order, the expression they were made for)
+    converters: tuple[tuple[int, tuple[Callable, ...], Any], ...]
+
+
+_ORM = object()  # a shape whose parameters did not match: it stays on the ORM
+
+
+class CompiledRead:
+    """A `values_list` read of a fixed shape (see the module's docstring).
+
+    `build(*args)`: the queryset (a `values_list`, sliced or not). `tail(connection, *args)`:
+    the last of its parameters, in the SQL's order, prepared for `connection`. `shape(*args)`:
+    whatever changes the SQL's text (an optional filter, the length of an `IN` list)."""
+
+    def __init__(
+        self,
+        *,
+        build: Callable[..., QuerySet],
+        tail: Callable[..., list[Any]],
+        shape: Callable[..., Hashable] = lambda *args: (),
+    ) -> None:
+        self.build = build
+        self.tail = tail
+        self.shape = shape
+        self._plans: dict[Hashable, _Plan | object] = {}
+        self._lock = threading.Lock()
+
+    def rows(self, *args: Any) -> list[tuple[Any, ...]]:
+        connection = connections[DEFAULT_DB_ALIAS]
+        key = (connection.alias, connection.vendor, self.shape(*args))
+        plan = self._plans.get(key)
+        if plan is None:
+            return self._first(key, connection, args)
+        if plan is _ORM:
+            return [tuple(row) for row in self.build(*args)]
+        with connection.cursor() as cursor:
+            cursor.execute(plan.sql, [*plan.head, *self.tail(connection, *args)])
+            rows = cursor.fetchall()
+        if not plan.converters:
+            return [tuple(row) for row in rows]
+        out = []
+        for row in rows:
+            row = list(row)
+            for position, converters, expression in plan.converters:
+                value = row[position]
+                for converter in converters:
+                    value = converter(value, expression, connection)
+                row[position] = value
+            out.append(tuple(row))
+        return out
+
+    def _first(self, key: Hashable, connection: Any, args: tuple[Any, ...]) -> list[tuple]:
+        """Through the ORM, keeping the SQL it ran when its parameters end with `tail`'s."""
+        queryset = self.build(*args)
+        compiler = queryset.query.get_compiler(using=queryset.db)
+        sql, compiled = compiler.as_sql()
+        tail = list(self.tail(connection, *args))
+        head = list(compiled)[: len(compiled) - len(tail)]
+        if list(compiled)[len(head) :] == tail:
+            columns = [select[0] for select in compiler.select[: compiler.col_count]]
+            converters = compiler.get_converters(columns)
+            plan: _Plan | object = _Plan(
+                sql=sql,
+                head=tuple(head),
+                converters=tuple(
+                    (position, tuple(functions), expression)
+                    for position, (functions, expression) in converters.items()
+                ),
+            )
+        else:
+            logger.warning("compiled read %s stays on the ORM: its parameters differ", key)
+            plan = _ORM
+        with self._lock:
+            self._plans.setdefault(key, plan)
+        return [tuple(row) for row in queryset]
+
+
+def db_value(model: Any, field: str, value: Any, connection: Any) -> Any:
+    """`value` as a parameter of a lookup on `model.field` (a foreign key: its target's)."""
+    target = model._meta.get_field(field)
+    target = getattr(target, "target_field", target)
+    return target.get_db_prep_value(value, connection, prepared=False)

@@ -1,0 +1,89 @@
+"""geosense/compiled.py: a read compiled once gives what the ORM gives (values converted as the
+ORM converts them) without building or compiling its queryset again, and a read whose
+parameters the ORM compiles otherwise stays on the ORM."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db.models.sql import compiler as sql_compiler
+
+from chat.models import ChatSession, Message
+from geosense.compiled import CompiledRead, db_value
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def sessions():
+    user = get_user_model().objects.create_user(username="compiled", password="pw")
+    first, second = (ChatSession.objects.create(user=user) for _ in range(2))
+    for session, calls in ((first, [{"id": "a", "name": "x", "arguments": "{}"}]), (second, [])):
+        Message.objects.create(session=session, turn=1, role="user", content="hi")
+        Message.objects.create(session=session, turn=1, role="assistant", tool_calls=calls)
+    return first, second
+
+
+def _query(session_id, turn):
+    return Message.objects.filter(session_id=session_id, turn__gte=turn).values_list(
+        "id", "role", "tool_calls"
+    )
+
+
+def _compiles(monkeypatch) -> list[int]:
+    counted: list[int] = []
+    real = sql_compiler.SQLCompiler.as_sql
+
+    def as_sql(self, *args, **kwargs):
+        counted.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(sql_compiler.SQLCompiler, "as_sql", as_sql)
+    return counted
+
+
+def test_a_compiled_read_runs_its_kept_sql_with_new_values(sessions, monkeypatch):
+    builds: list[object] = []
+
+    def build(session_id, turn):
+        builds.append(session_id)
+        return _query(session_id, turn)
+
+    read = CompiledRead(
+        build=build,
+        tail=lambda connection, session_id, turn: [
+            db_value(Message, "session", session_id, connection),
+            turn,
+        ],
+    )
+    first, second = sessions
+    expected = [tuple(r) for r in _query(second.pk, 1)]
+    compiles = _compiles(monkeypatch)
+    assert read.rows(first.pk, 1) == [tuple(r) for r in _query(first.pk, 1)]
+    builds.clear()
+    compiles.clear()
+    # Another session: the kept SQL with its values, the JSON decoded as the ORM decodes it.
+    assert read.rows(second.pk, 1) == expected
+    assert read.rows(first.pk, 1)[1][2] == [{"id": "a", "name": "x", "arguments": "{}"}]
+    assert read.rows(first.pk, 2) == []
+    assert builds == [] and compiles == [], "built or compiled again"
+
+
+def test_a_read_whose_parameters_differ_stays_on_the_orm(sessions, caplog):
+    builds: list[object] = []
+
+    def build(session_id, turn):
+        builds.append(session_id)
+        return _query(session_id, turn)
+
+    # The tail in the wrong order: never bound that way, every call goes through the ORM.
+    read = CompiledRead(
+        build=build,
+        tail=lambda connection, session_id, turn: [
+            turn,
+            db_value(Message, "session", session_id, connection),
+        ],
+    )
+    first, second = sessions
+    assert read.rows(first.pk, 1) == [tuple(r) for r in _query(first.pk, 1)]
+    assert read.rows(second.pk, 1) == [tuple(r) for r in _query(second.pk, 1)]
+    assert len(builds) == 2
+    assert "stays on the ORM" in caplog.text
