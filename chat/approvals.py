@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from geosense.accounts.services import InsufficientCredits, credit_balance, credit_charge
+from geosense.compiled import CompiledRead, db_value
 from geosense.wire import ApprovalReason
 from tools.registry import BackendTool, backend_tool
 from tools.schemas import validation_problem
@@ -184,7 +186,11 @@ def decision_create(
 
 
 def pauses_set_aside(*, session_id: object) -> int:
-    """A new user message sets every open pause aside; each paused call gets its result."""
+    """A new user message sets every open pause aside; each paused call gets its result.
+    Usually there is none: two reads compiled once per process say so, and no write
+    transaction begins (the caller holds the claim, so no pause appears meanwhile)."""
+    if not any(read.rows(session_id) for read in _PENDING):
+        return 0
     count = 0
     now = timezone.now()
     with transaction.atomic():
@@ -206,6 +212,22 @@ def pauses_set_aside(*, session_id: object) -> int:
                     )
                     count += 1
     return count
+
+
+def _pending_read(model: Any) -> CompiledRead:
+    def build(session_id: object) -> QuerySet:
+        return model.objects.filter(session_id=session_id, status=model.Status.PENDING).values_list(
+            "pk"
+        )[:1]
+
+    def tail(connection: Any, session_id: object) -> list[Any]:
+        return [db_value(model, "session", session_id, connection), model.Status.PENDING]
+
+    return CompiledRead(build=build, tail=tail)
+
+
+# Whether the session has an open approval, an open decision (every new message asks).
+_PENDING = (_pending_read(Approval), _pending_read(PendingDecision))
 
 
 # --- deciding once ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from geosense.compiled import CompiledRead, db_value
+from geosense.compiled import CompiledRead, CompiledUpdate, db_value
 from tools.client import ClientTool
 
 from . import processes
@@ -81,9 +81,24 @@ def session_claim(*, session_id: object) -> None:
 
 
 def session_lease_renew(*, session_id: object) -> None:
-    ChatSession.objects.filter(pk=session_id, turn_state=ChatSession.TurnState.RUNNING).update(
-        turn_lease=timezone.now() + TURN_LEASE
-    )
+    _LEASE_RENEW.run(session_id, timezone.now() + TURN_LEASE)
+
+
+def _lease_renew_update(session_id: object, lease: Any):
+    running = ChatSession.objects.filter(pk=session_id, turn_state=ChatSession.TurnState.RUNNING)
+    return running, {"turn_lease": lease}
+
+
+def _lease_renew_tail(connection: Any, session_id: object, lease: Any) -> list[Any]:
+    return [
+        db_value(ChatSession, "turn_lease", lease, connection),
+        db_value(ChatSession, "id", session_id, connection),
+        ChatSession.TurnState.RUNNING,
+    ]
+
+
+# Every step and every call renews the lease: compiled once per process (geosense/compiled.py).
+_LEASE_RENEW = CompiledUpdate(build=_lease_renew_update, tail=_lease_renew_tail)
 
 
 def session_turn_running(*, session_id: object) -> bool:
@@ -98,12 +113,30 @@ def session_turn_running(*, session_id: object) -> bool:
 def session_release(*, session_id: object) -> None:
     """Release this process's claim; one taken over meanwhile (this process was silent too
     long) belongs to another turn and stays."""
-    ChatSession.objects.filter(pk=session_id, turn_owner=processes.PROCESS_ID).update(
-        turn_state=ChatSession.TurnState.IDLE,
-        turn_lease=None,
-        turn_owner=None,
-        updated=timezone.now(),
-    )
+    _RELEASE.run(session_id, timezone.now())
+
+
+def _release_update(session_id: object, now: Any):
+    owned = ChatSession.objects.filter(pk=session_id, turn_owner=processes.PROCESS_ID)
+    return owned, {
+        "turn_state": ChatSession.TurnState.IDLE,
+        "turn_lease": None,
+        "turn_owner": None,
+        "updated": now,
+    }
+
+
+def _release_tail(connection: Any, session_id: object, now: Any) -> list[Any]:
+    return [
+        ChatSession.TurnState.IDLE,
+        db_value(ChatSession, "updated", now, connection),
+        db_value(ChatSession, "id", session_id, connection),
+        db_value(ChatSession, "turn_owner", processes.PROCESS_ID, connection),
+    ]
+
+
+# Every turn's end (engine invariant 2): compiled once per process.
+_RELEASE = CompiledUpdate(build=_release_update, tail=_release_tail)
 
 
 def turn_begin(*, session_id: object, count: int | None = None) -> int:

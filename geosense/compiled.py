@@ -21,8 +21,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import QuerySet
+from django.db.models.sql import UpdateQuery
 
 logger = logging.getLogger(__name__)
 
@@ -113,3 +114,51 @@ def db_value(model: Any, field: str, value: Any, connection: Any) -> Any:
     target = model._meta.get_field(field)
     target = getattr(target, "target_field", target)
     return target.get_db_prep_value(value, connection, prepared=False)
+
+
+class CompiledUpdate:
+    """`queryset.update(**values)` of a fixed shape, compiled once per process (the claim, the
+    lease, the release: every turn's writes). `build(*args)` gives the queryset and the values;
+    `tail(connection, *args)` every parameter in the SQL's order (the values set, then the
+    filters'), checked against Django's own at the first call of each shape as for
+    `CompiledRead`. Returns the number of rows updated."""
+
+    def __init__(
+        self,
+        *,
+        build: Callable[..., tuple[QuerySet, dict[str, Any]]],
+        tail: Callable[..., list[Any]],
+        shape: Callable[..., Hashable] = lambda *args: (),
+    ) -> None:
+        self.build = build
+        self.tail = tail
+        self.shape = shape
+        self._plans: dict[Hashable, str | object] = {}
+        self._lock = threading.Lock()
+
+    def run(self, *args: Any) -> int:
+        connection = connections[DEFAULT_DB_ALIAS]
+        key = (connection.alias, connection.vendor, self.shape(*args))
+        plan = self._plans.get(key)
+        if not isinstance(plan, str):
+            queryset, values = self.build(*args)
+            if plan is None:
+                self._plan(key, connection, queryset, values, args)
+            return queryset.update(**values)
+        with transaction.mark_for_rollback_on_error(using=connection.alias):
+            with connection.cursor() as cursor:
+                cursor.execute(plan, self.tail(connection, *args))
+                return cursor.rowcount
+
+    def _plan(self, key: Hashable, connection: Any, queryset: QuerySet, values, args) -> None:
+        query = queryset.query.chain(UpdateQuery)
+        query.add_update_values(values)
+        query.annotations = {}
+        sql, compiled = query.get_compiler(queryset.db).as_sql()
+        if list(compiled) == list(self.tail(connection, *args)):
+            plan: str | object = sql
+        else:
+            logger.warning("compiled update %s stays on the ORM: its parameters differ", key)
+            plan = _ORM
+        with self._lock:
+            self._plans.setdefault(key, plan)

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.db.models.sql import compiler as sql_compiler
 
 from chat.models import ChatSession, Message
-from geosense.compiled import CompiledRead, db_value
+from geosense.compiled import CompiledRead, CompiledUpdate, db_value
 
 pytestmark = pytest.mark.django_db
 
@@ -87,3 +87,25 @@ def test_a_read_whose_parameters_differ_stays_on_the_orm(sessions, caplog):
     assert read.rows(second.pk, 1) == [tuple(r) for r in _query(second.pk, 1)]
     assert len(builds) == 2
     assert "stays on the ORM" in caplog.text
+
+
+def test_a_compiled_update_sets_new_values_on_the_rows_it_filters(sessions, monkeypatch):
+    def build(session_id, title):
+        return ChatSession.objects.filter(pk=session_id, title=""), {"title": title}
+
+    update = CompiledUpdate(
+        build=build,
+        tail=lambda connection, session_id, title: [
+            title,
+            db_value(ChatSession, "id", session_id, connection),
+            "",
+        ],
+    )
+    first, second = sessions
+    assert update.run(first.pk, "one") == 1
+    compiles = _compiles(monkeypatch)
+    assert update.run(second.pk, "two") == 1
+    assert update.run(first.pk, "again") == 0  # titled already: the filter holds
+    assert compiles == []
+    titles = dict(ChatSession.objects.values_list("pk", "title"))
+    assert (titles[first.pk], titles[second.pk]) == ("one", "two")
