@@ -152,7 +152,13 @@ class ClassIndex:
 
     def without(self, drop: np.ndarray) -> "ClassIndex":
         """This class less the annotations at the positions where drop is True: the tree hides
-        them (`KeptTree`; nothing is parsed, read or built again)."""
+        them (`KeptTree`; nothing is parsed, read or built again).
+
+        What queries add to a class as they first need it (`derived`, `vectors`) may be added
+        by another thread meanwhile: they are read from copies made in one step (`dict(...)`
+        runs in C, where no other thread runs), as iterating the dicts themselves failed
+        ("dictionary changed size during iteration")."""
+        derived, vectors = dict(self.derived), dict(self.vectors)
         keep = ~drop
         new_position = np.cumsum(keep) - 1
         tree_of = self.geoms[keep]
@@ -166,9 +172,9 @@ class ClassIndex:
             anchors=np.ascontiguousarray(self.anchors[:, keep]),
             points=self.points,
             measures=self.measures[keep],
-            derived={name: rows[keep] for name, rows in self.derived.items()},
+            derived={name: rows[keep] for name, rows in derived.items()},
         )
-        for key, matrix in self.vectors.items():
+        for key, matrix in vectors.items():
             kept = keep[matrix.positions]
             smaller.vectors[key] = VectorMatrix.of(
                 new_position[matrix.positions[kept]], matrix.raw[kept]

@@ -157,3 +157,48 @@ def test_garbage_collection_is_left_as_it_was_found():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_deletion_copies_a_class_while_other_threads_add_to_what_it_keeps():
+    """Queries add arrays and vectors to a class as they first need them (the overview's
+    dimensions, the tiles' shapes, a similarity's vectors) while a deletion may be copying that
+    class in another thread: the copy reads a snapshot of them, never a dict that changes
+    under it ("dictionary changed size during iteration")."""
+    import sys
+    import threading
+
+    n = 200_000
+    xy = np.random.default_rng(0).uniform(0, 1000, (n, 2))
+    class_index = class_index_of_points(xy)
+    for name in "abcdefghij":
+        class_index.derived[name] = np.zeros(n)
+    stop, errors = threading.Event(), []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns as often as they can: the race shows
+
+    def meddle():
+        while not stop.is_set():  # one more, one fewer, in turns
+            if class_index.derived.pop("late", None) is None:
+                class_index.derived["late"] = class_index.derived["a"]
+
+    meddler = threading.Thread(target=meddle)
+    meddler.start()
+    drop = np.zeros(n, dtype=bool)
+    drop[::1000] = True
+    try:
+        for _ in range(40):
+            try:
+                class_index.without(drop)
+            except RuntimeError as exc:
+                errors.append(exc)
+    finally:
+        stop.set()
+        meddler.join()
+        sys.setswitchinterval(interval)
+    assert errors == []
+
+
+def class_index_of_points(xy: np.ndarray) -> ClassIndex:
+    geoms = shapely.points(xy)
+    ids = np.arange(1, len(geoms) + 1, dtype=np.int64)
+    return ClassIndex.build("thing", ids, geoms, shapely.bounds(geoms))
