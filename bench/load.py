@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import sqlite3
 import statistics
@@ -62,6 +63,8 @@ BENCH_TOOL = {
     "serve": True,
 }
 STAMP = "stamp="
+# A "hold" turn: the model answers after this long (the turn waits for its first byte meanwhile).
+HOLD_SECONDS = 40.0
 APP = "geosense.asgi:application"
 # Error frames the users' sockets received, by status and text (a refused bind or registration
 # leaves a socket "not ready": the report says why).
@@ -84,7 +87,7 @@ class SocketTimes:
 
 def scripted_fake() -> Any:
     """The scripted model, started: text-only turns, a tool call, or the final text."""
-    from tests.fakes.fake_openai import FakeOpenAI, Response, Text, ToolCalls
+    from tests.fakes.fake_openai import FakeOpenAI, Pause, Response, Text, ToolCalls
 
     class Scripted(FakeOpenAI):
         """Answers by the last message: text-only turns, a tool call, or the final text."""
@@ -93,6 +96,8 @@ def scripted_fake() -> Any:
             last = (body.get("messages") or [{}])[-1]
             if last.get("role") == "tool":
                 return Response(steps=(Text(f"Done. {STAMP}{time.monotonic():.6f}"),))
+            if str(last.get("content", "")).startswith("hold"):
+                return Response(steps=(Pause(HOLD_SECONDS), Text("Held.")))
             if str(last.get("content", "")).startswith("text"):
                 return Response(steps=(Text(f"Hello. {STAMP}{time.monotonic():.6f}"),))
             call = (f"call_{uuid.uuid4().hex[:12]}", "bench_echo", {"i": 1})
@@ -464,7 +469,86 @@ async def bench(args: argparse.Namespace, port: int, pid: int, db: Path, users) 
         }
         print(json.dumps(row), flush=True)
         report["levels"].append(row)
+    if args.hold:
+        row = await held_turns_memory(args, port, pid, users[offset:], args.tracemalloc)
+        print(json.dumps(row), flush=True)
+        report["held"] = row
     return report
+
+
+async def settled(pid: int, *, most: float = 15.0) -> None:
+    """Until the server has used under 2 % of a core for half a second (at most `most` s)."""
+    deadline = time.monotonic() + most
+    while time.monotonic() < deadline:
+        before = cpu_seconds(pid)
+        await asyncio.sleep(0.5)
+        if cpu_seconds(pid) - before < 0.01:
+            return
+
+
+async def held_turns_memory(args, port: int, pid: int, users, snapshots: Path | None) -> dict:
+    """Memory per turn in flight, measured apart from sockets and transient garbage: the
+    server's RSS with no turn, with N turns and with 2N turns all waiting for the model's
+    first byte (held `HOLD_SECONDS`); per turn = (RSS at 2N - RSS at N) / N. With
+    `--tracemalloc`, the server's allocations are snapshot at each point (after a garbage
+    collection) and the largest growths from N to 2N are listed per turn."""
+    count = args.hold
+    level = Level()
+    tasks: list[asyncio.Task] = []
+    points = []
+    for wave in range(3):
+        if wave:
+            tasks += [
+                asyncio.create_task(turn_post(port, token, session, "hold please", level))
+                for token, session in users[(wave - 1) * count : wave * count]
+            ]
+        await settled(pid)
+        if snapshots is not None:
+            os.kill(pid, signal.SIGUSR1)
+            for _ in range(1500):  # a snapshot of a large heap takes a while
+                if (snapshots / f"snapshot-{wave + 1}.done").exists():
+                    break
+                await asyncio.sleep(0.2)
+            await settled(pid)
+        points.append(rss_kib(pid))
+    _, late = await asyncio.wait(tasks, timeout=HOLD_SECONDS + 60)
+    for task in late:
+        task.cancel()
+    row = {
+        "held_turns": count,
+        "rss_kib_0_n_2n": points,
+        "kib_per_held_turn_first_n": (points[1] - points[0]) / count,
+        "kib_per_held_turn": (points[2] - points[1]) / count,
+        "held_finished": len(level.turns),
+        "held_failed": level.failed,
+        "held_unfinished": len(late),
+    }
+    if snapshots is not None:
+        row["tracemalloc_kib_per_held_turn"] = tracemalloc_growth(snapshots, count)
+    return row
+
+
+def tracemalloc_growth(snapshots: Path, count: int, top: int = 15) -> dict[str, Any]:
+    import tracemalloc
+
+    first, second = (
+        tracemalloc.Snapshot.load(str(snapshots / f"snapshot-{n}.bin")) for n in (2, 3)
+    )
+    total = sum(d.size_diff for d in second.compare_to(first, "filename")) / 1024 / count
+    lines = second.compare_to(first, "traceback")[:top]
+    return {
+        "total": total,
+        "largest": [
+            {
+                "kib": d.size_diff / 1024 / count,
+                "blocks": d.count_diff / count,
+                "at": [f"{f.filename.split('site-packages/')[-1]}:{f.lineno}" for f in d.traceback][
+                    -6:
+                ],
+            }
+            for d in lines
+        ],
+    }
 
 
 def port_wait(port: int, timeout: float = 60) -> None:
@@ -489,6 +573,12 @@ def main() -> None:
     parser.add_argument(
         "--profile", type=Path, help="run the server under cProfile, its stats written here"
     )
+    parser.add_argument(
+        "--hold", type=int, default=0, help="then N and 2N turns held in flight: memory per turn"
+    )
+    parser.add_argument(
+        "--tracemalloc", type=Path, help="with --hold: the server's allocation snapshots, here"
+    )
     parser.add_argument("--fake", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.fake:
@@ -511,7 +601,7 @@ def main() -> None:
                 check=True,
                 capture_output=True,
             )
-            users = users_create(tree, env, 1 + sum(args.users))
+            users = users_create(tree, env, 1 + sum(args.users) + 2 * args.hold)
             while not port_file.exists() or not port_file.read_text():
                 time.sleep(0.05)
             env.update(
@@ -519,6 +609,13 @@ def main() -> None:
                 GEOSENSE_LLM_MODEL="fake-model",
                 GEOSENSE_CLIENT_TOOL_TIMEOUT="60",
             )
+            if args.tracemalloc:
+                args.tracemalloc = args.tracemalloc.resolve()
+                args.tracemalloc.mkdir(parents=True, exist_ok=True)
+                env.update(
+                    BENCH_TRACEMALLOC_DIR=str(args.tracemalloc),
+                    PYTHONPATH=str(ROOT / "bench" / "tracemalloc_site"),
+                )
             port = free_port()
             log = (work / "daphne.log").open("wb")
             server = subprocess.Popen(
