@@ -1,6 +1,6 @@
 """One Daphne process under load: N users, each with a bound socket, running turns back to back.
 
-    .venv/bin/python bench/load.py [--users 1,50,200,500] [--seconds 20] [--tree PATH]
+    .venv/bin/python bench/load.py [--users 1,50,200,500] [--seconds 20] [--tree PATH] [--hold N]
 
 Set-up, all on loopback: a Daphne process runs GeoSense from `--tree` (default: this checkout;
 give a worktree of an older commit to measure "before" with the same script) on a fresh seeded
@@ -21,10 +21,16 @@ Reported per level (N users, `--seconds` of turns, then the turns in flight fini
   finished turn must hold exactly user 1, assistant 2, tool 1 ("stored once");
 - the server's memory: RSS once the level's sockets are bound minus the RSS before them, per
   socket; peak RSS during the turns minus that, per turn in flight (one per user);
-- sockets the server dropped before they were ready (Daphne's 5 s handshake time-out under a
-  storm of connects): they connect again after the page's back-off, counted as "reconnect";
+- the storm of connects (every user's socket at once, as after a restart): handshakes the
+  server dropped (Daphne's 5 s handshake time-out; each connects again after the page's
+  back-off, counted as "reconnect"), the time until every socket was bound, each socket's
+  connect time (first attempt → its handshake held) and bind time (→ `session-bound`), p50/p99,
+  and the CPU the server and this bench itself used meanwhile (they share the cores);
 - the server's CPU time (user + system, every thread) during the level per finished turn: what a
   turn costs the process, less sensitive to a shared machine's load than the wall-clock figures.
+With `--hold N`, after the levels: the server's RSS with no turn, N and 2N turns all waiting
+for the model's first byte; memory per turn in flight = (RSS at 2N - RSS at N) / N
+(`--tracemalloc DIR` adds where the server's Python allocations grew, per turn).
 Before the levels: one user, warm, a text-only turn and a turn with one client-tool call
 (medians of `--warm` turns each).
 """
