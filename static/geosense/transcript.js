@@ -12,6 +12,35 @@ import { fetchFragment } from './http.js';
 // The page's own location card (location-card.js) while it is on screen.
 const LIVE_CARD = '.location-card[data-live="true"]';
 
+/**
+ * The page's location card is asked for on the socket, which can be ahead of the turn's
+ * stream: a card asked before its turn's element exists waits at the end of the transcript
+ * (or of the turn before), and the reader may answer it there. The turn claims the cards no
+ * turn has claimed yet when it starts and when it ends, moving them into its element `home`,
+ * so every render of the turn finds its card, whatever the reader answered meanwhile.
+ */
+function claimCards(transcript, home, turn) {
+  for (const card of transcript.querySelectorAll(`${LIVE_CARD}:not([data-turn])`)) {
+    card.dataset.turn = String(turn);
+    if (!home.contains(card)) home.append(card);
+  }
+}
+
+/** The live card a render of `turn` keeps: its own, or (the latest turn) one not claimed yet. */
+function liveCardOf(transcript, turn, latest) {
+  return (
+    transcript.querySelector(`${LIVE_CARD}[data-turn="${turn}"]`) ||
+    (latest ? transcript.querySelector(`${LIVE_CARD}:not([data-turn])`) : null)
+  );
+}
+
+/** `fresh` replaces `old`; a later turn's card put in `old` before its turn existed stays. */
+function swapTurn(old, fresh, liveCard) {
+  const others = [...old.querySelectorAll(LIVE_CARD)].filter((card) => card !== liveCard);
+  old.replaceWith(fresh);
+  fresh.after(...others);
+}
+
 /** The live log stays, with the stored entries (which know the outcomes) merged in. */
 function keepLog(fresh, log) {
   const stored = fresh.querySelector(':scope > .activity-log');
@@ -78,33 +107,16 @@ export function createTranscript({ element, session, onState, onHighlight, keep,
     const old = turnElement(turn);
     const log = old.querySelector(':scope > .activity-log');
     const kept = keep(turn);
-    const liveCard =
-      element.querySelector(`${LIVE_CARD}[data-turn="${turn}"]`) ||
-      (isLatest(turn) ? element.querySelector(`${LIVE_CARD}:not([data-turn])`) : null);
-    // A later turn's card asked before that turn's element existed stays on the page.
-    const others = [...old.querySelectorAll(LIVE_CARD)].filter((card) => card !== liveCard);
-    old.replaceWith(fresh);
-    fresh.after(...others);
+    const liveCard = liveCardOf(element, turn, isLatest(turn));
+    swapTurn(old, fresh, liveCard);
     if (log) keepLog(fresh, log);
     if (liveCard) keepLocationCard(fresh, liveCard);
     if (kept) fresh.append(kept);
     arrived(fresh);
   }
 
-  /**
-   * The page's location card is asked for on the socket, which can be ahead of the turn's
-   * stream: a card asked before its turn's element exists waits at the end of the transcript
-   * (or of the turn before), and the reader may answer it there. The turn claims the cards
-   * no turn has claimed yet when it starts and when it ends, so every render of the turn
-   * finds its card, whatever the reader answered meanwhile.
-   */
   function claimLiveCards(turn) {
-    if (turn === null || turn === undefined) return;
-    const home = turnElement(turn);
-    for (const card of element.querySelectorAll(`${LIVE_CARD}:not([data-turn])`)) {
-      card.dataset.turn = String(turn);
-      if (!home.contains(card)) home.append(card);
-    }
+    if (turn !== null && turn !== undefined) claimCards(element, turnElement(turn), turn);
   }
 
   function isLatest(turn) {
