@@ -276,6 +276,18 @@ EQUATOR_DEGREE_M = 111_319.49
 GRID_LATITUDE_MAX = 89.0
 
 
+def _boxes_sql(category: str) -> str:
+    """SQL for the live annotations of a class with their geometry's bounding box (`geom`'s,
+    which the trigger keeps in step with any writer, rather than the bbox columns, which only
+    the app's writers set)."""
+    return (
+        "SELECT id, geom, ST_XMin(box) AS min_lon, ST_YMin(box) AS min_lat,"
+        " ST_XMax(box) AS max_lon, ST_YMax(box) AS max_lat FROM"
+        f" (SELECT id, geom, Box2D(geom) AS box FROM {TABLE}"
+        f" WHERE category = {category} AND deleted_at IS NULL AND geom IS NOT NULL OFFSET 0) b"
+    )
+
+
 def _grid_pairs_sql(reach: float) -> tuple[str, str, dict[str, Any]]:
     """(WITH clause, SELECT of candidate pairs, parameters) over every live source: a hash join
     on a grid of cells in degrees, with no index probe per annotation.
@@ -303,7 +315,7 @@ def _grid_pairs_sql(reach: float) -> tuple[str, str, dict[str, Any]]:
             SELECT id, geom, min_lon, min_lat, max_lon, max_lat,
                    {_conformal_scale_sql("min_lat")} AS scale,
                    {cells.format("min_lon", "min_lat", "max_lon", "max_lat")}
-            FROM {TABLE} WHERE category = %(source)s AND deleted_at IS NULL) s
+            FROM ({_boxes_sql("%(source)s")}) s) s
         ), t AS MATERIALIZED (
           SELECT *, cx1 - cx0 <= 2 AND cy1 - cy0 <= 2 AND x0 >= -180 AND x1 <= 180
                     AND top < {GRID_LATITUDE_MAX} AS gridded FROM (
@@ -314,7 +326,7 @@ def _grid_pairs_sql(reach: float) -> tuple[str, str, dict[str, Any]]:
                      max_lon + %(reach)s / ({EQUATOR_DEGREE_M} * cos(radians(least(top, 90))))
                        AS x1
               FROM (SELECT *, greatest(abs(min_lat), abs(max_lat)) + %(dlat)s AS top
-                    FROM {TABLE} WHERE category = %(target)s AND deleted_at IS NULL) t
+                    FROM ({_boxes_sql("%(target)s")}) t) t
             ) t
           ) t
         )"""

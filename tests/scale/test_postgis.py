@@ -313,6 +313,7 @@ def test_metres_from_a_point_to_a_polygons_edge_agree(spatial_db):
 OFF_GRID = """
 import json
 from pyproj import Geod
+from django.db import connection
 from django.test import override_settings
 from geosense.annotations import selectors, services
 
@@ -345,6 +346,14 @@ for name, (source, target, (lon1, lat1, lon2, lat2)) in cases.items():
     t = services.annotation_create(category="off_grid_target", geometry=target).pk
     ids += [s, t]
     expected[s] = [name, t, geod.inv(lon1, lat1, lon2, lat2)[2]]
+# Moved by SQL, as a writer other than the app may: its bbox columns stay where it was.
+moved = services.annotation_create(category="off_grid_source", geometry=point(50.0, 50.0)).pk
+near = services.annotation_create(category="off_grid_target", geometry=point(40.0001, 40.0)).pk
+with connection.cursor() as cursor:
+    cursor.execute("UPDATE annotations_annotation SET geometry = %s::jsonb WHERE id = %s",
+                   [json.dumps(point(40.0, 40.0)), moved])
+ids += [moved, near]
+expected[moved] = ["moved by SQL", near, geod.inv(40.0, 40.0, 40.0001, 40.0)[2]]
 # A target 25 m from the first source: out of reach, and not its nearest.
 far = services.annotation_create(category="off_grid_target", geometry=point(30.00005, 30.00027))
 ids.append(far.pk)
@@ -359,8 +368,9 @@ print(json.dumps({"ids": ids, "expected": expected, "got": got}))
 
 def test_within_distance_finds_pairs_off_the_grid(spatial_db):
     """The whole-dataset within-distance hash-joins boxes on a grid of cells; a box too large
-    for it, one across ±180° or near a pole goes through the geography index instead. Each
-    case is a pair 0-15 m apart, measured as a geodesic between two points."""
+    for it, one across ±180° or near a pole goes through the geography index instead; the
+    boxes are `geom`'s (a row moved by plain SQL keeps stale bbox columns). Each case is a
+    pair 0-15 m apart, measured as a geodesic between two points."""
     out = json.loads(spatial_db.shell(OFF_GRID).strip().splitlines()[-1])
     spatial_db.sql(f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (out["ids"],))
     got = {int(s): v for s, v in out["got"].items()}
