@@ -173,11 +173,26 @@ export function layerFilter(layer, { classes = true, ids = false } = {}) {
 }
 
 /**
+ * The data's [w, s, e, n] from the tile JSON, or null (no annotations, or no usable bounds).
+ * The map fits its first view to them, and its annotation source asks no tile outside them: a
+ * fitted view's margins otherwise cost requests, worker messages and frames for empty tiles
+ * (at 1,000,000 annotations, 4 of the first 6 tiles).
+ *
+ * @param {{bounds?: unknown, total?: number}} json
+ * @returns {number[] | null}
+ */
+export function dataBounds(json) {
+  const b = json?.bounds;
+  if (!json?.total || !Array.isArray(b) || b.length !== 4 || !b.every(Number.isFinite)) return null;
+  return b[0] <= b[2] && b[1] <= b[3] ? [...b] : null;
+}
+
+/**
  * The whole MapLibre style: the base layer (a raster tile URL when one is configured, else the
  * demo's quiet blocks, parks and lots from the tiles' `base` layer), the annotation source and
  * its layers, the highlight's GeoJSON source.
  *
- * @param {{tiles: string[], minzoom?: number, maxzoom?: number}} annotations tile JSON
+ * @param {{tiles: string[], minzoom?: number, maxzoom?: number, bounds?: number[], total?: number}} annotations tile JSON
  * @param {Map<string, string>} colors
  * @param {{rasterUrl?: string}} [options]
  */
@@ -189,6 +204,7 @@ export function mapStyle(annotations, colors, { rasterUrl = '' } = {}) {
       minzoom: annotations.minzoom ?? 0,
       maxzoom: annotations.maxzoom ?? 16,
       promoteId: 'id',
+      ...(dataBounds(annotations) ? { bounds: dataBounds(annotations) } : {}),
     },
     [HIGHLIGHT]: { type: 'geojson', data: { type: 'FeatureCollection', features: [] } },
   };

@@ -16,8 +16,8 @@ import { countsOf, legendBox, legendModel, renderLegend } from './map-legend.js'
 import { describeFeature, popupContent } from './map-popup.js';
 import { createSelection } from './map-selection.js';
 import {
-  ANNOTATIONS, FEATURE_LAYERS, HIGHLIGHT_LAYERS, annotationLayers, classColors, idFilter, layerFilter,
-  mapStyle, visibleClassFilter,
+  ANNOTATIONS, FEATURE_LAYERS, HIGHLIGHT_LAYERS, annotationLayers, classColors, dataBounds, idFilter,
+  layerFilter, mapStyle, visibleClassFilter,
 } from './map-style.js';
 import { boundsOf, viewOf } from './map-view.js';
 
@@ -126,7 +126,7 @@ async function createGlMap(element, data) {
   const json = await data.tileJson();
   const counts = countsOf(json.counts);
   const colors = classColors(counts.keys());
-  const bounds = Array.isArray(json.bounds) && json.bounds.length === 4 && json.total ? json.bounds : null;
+  const bounds = dataBounds(json);
   const map = new maplibregl.Map({
     container: element,
     style: mapStyle(json, colors, { rasterUrl: element.dataset.tileUrl || '' }),
@@ -328,11 +328,22 @@ async function mount(element, data, parts, api) {
     const nextCounts = countsOf(next.counts);
     colorsNow = classColors(nextCounts.keys());
     filters.setData(nextCounts, colorsNow);
-    map.getSource(ANNOTATIONS).setTiles(next.tiles);
+    setSourceTiles(map.getSource(ANNOTATIONS), next);
     drawLegend();
     return true;
   };
   drawLegend();
+}
+
+/**
+ * New tile URLs for the annotation source, and the data's new bounds when there are some (a
+ * write may have put annotations outside the old ones): MapLibre reads a vector source's
+ * bounds from its options each time it loads it, which setTiles does.
+ */
+function setSourceTiles(source, json) {
+  const bounds = dataBounds(json);
+  if (bounds) source._options.bounds = bounds;
+  source.setTiles(json.tiles);
 }
 
 /** focus(ids): fit the view to the live ones among `ids` and flash them; resolves their ids. */

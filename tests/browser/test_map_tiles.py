@@ -5,9 +5,12 @@
   a highlight of 10,000 ids is drawn with its link lines (on 20,000 annotations).
 - A deletion approved in one tab disappears from every open map without a reload, the legend
   counts one less, and only the tiles that held the annotation change their ETag.
+- The map asks no tile outside the data's bounds, and an annotation added outside them is drawn
+  after the change reaches the page, without a reload (the source takes the new bounds).
 """
 
 import math
+import re
 
 import pytest
 from playwright.sync_api import expect
@@ -19,6 +22,7 @@ from tests.browser.test_chat_basics import ask, last_answer, new_session
 
 WALK_ANNOTATIONS = 200_000
 HIGHLIGHT_ANNOTATIONS = 20_000
+TILE_URL = re.compile(r"/tiles/annotations/(\d+)/(\d+)/(\d+)\.mvt")
 LIVE = (
     "SELECT id, category, min_lon, min_lat, max_lon, max_lat FROM annotations_annotation"
     " WHERE deleted_at IS NULL ORDER BY id"
@@ -172,6 +176,51 @@ def test_a_deletion_leaves_every_open_map_without_a_reload(context_for, changes_
     assert etag(far_tile) == tags_before[far_tile]
     assert unchanged.status == 304
     assert watcher.evaluate("(id) => window.geosenseMap.focus([id])", house) == []
+
+
+def tile_meets(tile: tuple[int, int, int], bounds: list[float]) -> bool:
+    z, x, y = tile
+    west, south, east, north = bounds
+    _, x0, y1 = tile_of(west, south, z)
+    _, x1, y0 = tile_of(east, north, z)
+    return x0 <= x <= x1 and y0 <= y <= y1
+
+
+def test_an_annotation_added_outside_the_data_is_drawn_without_a_reload(
+    context_for, daphne_server_factory
+):
+    server = daphne_server_factory(env={"GEOSENSE_WALK": "map-grows"})
+    context = context_for(server)
+    asked = []  # the tiles of the first visit (log_in opens the chat page)
+    context.on("request", lambda request: asked.extend(TILE_URL.findall(request.url)))
+    page = log_in(context.new_page())
+    page.wait_for_function("window.geosenseMap && window.geosenseMap.ready === true")
+    bounds = page.request.get("/tiles/annotations.json").json()["bounds"]
+    first_tiles = [tuple(int(n) for n in tile) for tile in asked]
+    assert first_tiles and all(tile_meets(tile, bounds) for tile in first_tiles)
+
+    _, south, east, north = bounds
+    lon, lat = east + 0.02, (south + north) / 2  # zoom 16 tiles there do not meet the old bounds
+    assert not tile_meets(tile_of(lon, lat, 16), bounds)
+    added = int(
+        server.shell(
+            "from geosense.annotations.services import annotation_create\n"
+            "print(annotation_create(category='tree', geometry="
+            f"{{'type': 'Point', 'coordinates': [{lon}, {lat}]}}).pk)"
+        ).strip()
+    )
+    revision = page.evaluate("window.geosenseMap.revision")
+    # What the socket's `annotations-changed` frame does (a write in another process reaches
+    # this server's pages through Redis, which the walks do not run): the page hears of it.
+    page.evaluate(
+        "document.dispatchEvent(new CustomEvent('geosense:annotations-changed', {detail: {}}))"
+    )
+    page.wait_for_function("(before) => window.geosenseMap.revision !== before", arg=revision)
+    page.evaluate(
+        "([lon, lat]) => window.geosenseMap.map.jumpTo({center: [lon, lat], zoom: 17})", [lon, lat]
+    )
+
+    assert added in map_rendered_ids(page)
 
 
 def test_legend_names_from_the_data_get_colours_and_keep_their_order(context_for, daphne_server):

@@ -5,6 +5,7 @@ import {
   annotationLayers,
   classColorExpression,
   classColors,
+  dataBounds,
   idFilter,
   layerFilter,
   mapStyle,
@@ -108,4 +109,18 @@ test('the style has the annotation source with promoted ids, and one base layer'
   assert.equal(raster.layers[1].id, 'base-raster');
   assert.equal(raster.layers.some((l) => l['source-layer'] === 'base'), false);
   assert.ok(demo.layers.every((layer) => !('overlay' in layer)));
+});
+
+test('the annotation source asks no tile outside the data, and a map without data has no bounds', () => {
+  const tiles = { tiles: ['/tiles/annotations/{z}/{x}/{y}.mvt'], total: 3, bounds: [-118.6, 34.1, -118.3, 34.2] };
+  assert.deepEqual(mapStyle(tiles, classColors(['tree'])).sources.annotations.bounds, [-118.6, 34.1, -118.3, 34.2]);
+  assert.equal('bounds' in mapStyle({ ...tiles, total: 0 }, classColors([])).sources.annotations, false);
+  assert.equal('bounds' in mapStyle({ tiles: tiles.tiles }, classColors([])).sources.annotations, false);
+
+  assert.deepEqual(dataBounds(tiles), [-118.6, 34.1, -118.3, 34.2]);
+  assert.notEqual(dataBounds(tiles), tiles.bounds); // a copy: the style keeps its own
+  for (const bounds of [null, [1, 2, 3], [0, 0, 'x', 1], [0, 0, Infinity, 1], [2, 0, 1, 1], [0, 2, 1, 1]]) {
+    assert.equal(dataBounds({ total: 1, bounds }), null, JSON.stringify(bounds));
+  }
+  assert.equal(dataBounds(null), null);
 });
