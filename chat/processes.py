@@ -170,9 +170,10 @@ def process_stop() -> None:
         logger.warning("could not release this process's claims on exit", exc_info=True)
 
 
-def claim_free_q(now) -> Q:
-    """Which sessions a new turn may claim: idle, an expired lease, or a dead owner."""
+def claim_free_q(now, *, live: bool | None = None, since: Any = None) -> Q:
+    """Which sessions a new turn may claim: idle, an expired lease, or a dead owner. `live`:
+    `heartbeats_on()` and `since`: `heartbeat_fresh_since()`, as the caller read them."""
     free = Q(turn_state=ChatSession.TurnState.IDLE) | Q(turn_lease__lt=now)
-    if heartbeats_on():
-        free |= Q(turn_owner__isnull=False) & ~Q(turn_owner__in=process_live_ids())
+    if heartbeats_on() if live is None else live:
+        free |= Q(turn_owner__isnull=False) & ~Q(turn_owner__in=process_live_ids(since=since))
     return free

@@ -26,6 +26,7 @@ from .models import (
     ClientToolRegistration,
     Message,
     PendingDecision,
+    ServerProcess,
 )
 
 TURN_LEASE = timedelta(seconds=settings.GEOSENSE_TURN_LEASE)
@@ -67,17 +68,41 @@ def session_claim(*, session_id: object) -> None:
     """
     processes.process_start()
     now = timezone.now()
-    claimed = (
-        ChatSession.objects.filter(pk=session_id)
-        .filter(processes.claim_free_q(now))
-        .update(
-            turn_state=ChatSession.TurnState.RUNNING,
-            turn_lease=now + TURN_LEASE,
-            turn_owner=processes.PROCESS_ID,
-        )
-    )
-    if not claimed:
+    live = processes.heartbeats_on()
+    fresh = processes.heartbeat_fresh_since() if live else None
+    if not _CLAIM.run(session_id, now, live, fresh):
         raise SessionBusy("a turn is already running in this session")
+
+
+def _claim_update(session_id: object, now: Any, live: bool, fresh: Any):
+    free = ChatSession.objects.filter(pk=session_id).filter(
+        processes.claim_free_q(now, live=live, since=fresh)
+    )
+    return free, {
+        "turn_state": ChatSession.TurnState.RUNNING,
+        "turn_lease": now + TURN_LEASE,
+        "turn_owner": processes.PROCESS_ID,
+    }
+
+
+def _claim_tail(connection: Any, session_id: object, now: Any, live: bool, fresh: Any):
+    tail = [
+        ChatSession.TurnState.RUNNING,
+        db_value(ChatSession, "turn_lease", now + TURN_LEASE, connection),
+        db_value(ChatSession, "turn_owner", processes.PROCESS_ID, connection),
+        db_value(ChatSession, "id", session_id, connection),
+        ChatSession.TurnState.IDLE,
+        db_value(ChatSession, "turn_lease", now, connection),
+    ]
+    if live:
+        tail.append(db_value(ServerProcess, "heartbeat", fresh, connection))
+    return tail
+
+
+# Every turn's claim (engine invariant 2): compiled once per process and heartbeat setting.
+_CLAIM = CompiledUpdate(
+    build=_claim_update, tail=_claim_tail, shape=lambda session_id, now, live, fresh: live
+)
 
 
 def session_lease_renew(*, session_id: object) -> None:

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 
 class Costs:
-    """Pool trips, SQL statements and the ORM's compiles of a query (any thread) while
+    """Pool trips, SQL statements and the ORM's compiles of a statement (any thread) while
     counting."""
 
     def __init__(self, monkeypatch) -> None:
@@ -45,16 +45,19 @@ class Costs:
                 self.statements.append(sql[:80])
             return execute(cursor, sql, params, *ignored)
 
-        compile_sql = sql_compiler.SQLCompiler.as_sql
+        def counted(compile_sql):
+            def counted_compile(compiler, *args, **kwargs):
+                with self._lock:
+                    self.compiled += 1
+                return compile_sql(compiler, *args, **kwargs)
 
-        def counted_compile(compiler, *args, **kwargs):
-            with self._lock:
-                self.compiled += 1
-            return compile_sql(compiler, *args, **kwargs)
+            return counted_compile
 
         monkeypatch.setattr(dbpool._Pool, "submit", counted_submit)
         monkeypatch.setattr(db_utils.CursorWrapper, "_execute", counted_execute)
-        monkeypatch.setattr(sql_compiler.SQLCompiler, "as_sql", counted_compile)
+        for kind in ("SQLCompiler", "SQLInsertCompiler", "SQLUpdateCompiler", "SQLDeleteCompiler"):
+            cls = getattr(sql_compiler, kind)
+            monkeypatch.setattr(cls, "as_sql", counted(cls.__dict__["as_sql"]))
 
 
 async def test_a_turn_with_one_served_client_call_costs_few_pool_trips_and_statements(
@@ -80,9 +83,10 @@ async def test_a_turn_with_one_served_client_call_costs_few_pool_trips_and_state
     # call ids without the turn count, no write transaction to find no pause: 36).
     assert trips <= 7, trips
     assert len(costs.statements) <= 36, costs.statements
-    # The window, contexts, client tools, revision, pause and repair reads, the lease and the
-    # release are compiled once per process (geosense/compiled.py): 29 compiles at 2efd665.
-    assert costs.compiled <= 11, costs.compiled
+    # The window, contexts, client tools, revision, pause and repair reads, the claim, the
+    # lease and the release are compiled once per process (geosense/compiled.py): 43 compiles
+    # (selects, inserts, updates, deletes) at 2efd665.
+    assert costs.compiled <= 19, costs.compiled
 
 
 async def test_a_text_turn_costs_few_pool_trips_and_statements(
@@ -96,9 +100,9 @@ async def test_a_text_turn_costs_few_pool_trips_and_statements(
     assert out.names()[-1] == "turn_end"
     assert costs.trips <= 4, costs.trips  # it was 12
     assert len(costs.statements) <= 20, costs.statements  # 37 at e5351e0, 29 at 2efd665
-    # The hot reads and the lease and release run SQL compiled once per process
-    # (geosense/compiled.py): 20 compiles at 2efd665.
-    assert costs.compiled <= 6, costs.compiled
+    # The hot reads, the claim, the lease and the release run SQL compiled once per process
+    # (geosense/compiled.py): 28 compiles (selects, inserts, updates, deletes) at 2efd665.
+    assert costs.compiled <= 10, costs.compiled
 
 
 async def test_events_for_sockets_all_served_directly_skip_the_in_memory_layer(
