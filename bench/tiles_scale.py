@@ -155,13 +155,20 @@ def summary(found: dict) -> dict[str, str]:
             f" p99 < 150 ms {'met' if p99 < TARGET_P99 else 'MISSED'}"
         )
     by_zoom: dict[int, list[float]] = {}
+    cpu_by_zoom: dict[int, list[float]] = {}
     largest: dict[int, int] = {}
-    for t, seconds, size in zip(tour, found["wall"]["cold"], found["sizes"], strict=True):
+    cold = zip(tour, found["wall"]["cold"], found["cpu"]["cold"], found["sizes"], strict=True)
+    for t, seconds, used, size in cold:
         by_zoom.setdefault(t[0], []).append(seconds)
+        cpu_by_zoom.setdefault(t[0], []).append(used)
         largest[t[0]] = max(largest.get(t[0], 0), size)
-    rows["cold median per zoom"] = ", ".join(
-        f"z{z} {statistics.median(v) * 1000:,.0f}" for z, v in sorted(by_zoom.items())
-    )
+    for label, values in (
+        ("cold median per zoom", by_zoom),
+        ("cold CPU median per zoom", cpu_by_zoom),
+    ):
+        rows[f"{label} (ms)"] = ", ".join(
+            f"z{z} {statistics.median(v) * 1000:,.0f}" for z, v in sorted(values.items())
+        )
     rows["largest tile per zoom (KB)"] = ", ".join(
         f"z{z} {s / 1000:.0f}" for z, s in sorted(largest.items())
     )
