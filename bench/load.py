@@ -364,8 +364,13 @@ def sockets_row(level: Level) -> dict[str, Any]:
 
 
 def rss_kib(pid: int) -> int:
+    return proc_status(pid, "VmRSS")
+
+
+def proc_status(pid: int, name: str) -> int:
+    """A number of /proc/PID/status (`VmRSS` in KiB, `Threads`)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{name}:"):
             return int(line.split()[1])
     return 0
 
@@ -501,7 +506,8 @@ async def held_turns_memory(args, port: int, pid: int, users, snapshots: Path | 
     count = args.hold
     level = Level()
     tasks: list[asyncio.Task] = []
-    points = []
+    points: list[int] = []
+    threads: list[int] = []
     for wave in range(3):
         if wave:
             tasks += [
@@ -517,12 +523,14 @@ async def held_turns_memory(args, port: int, pid: int, users, snapshots: Path | 
                 await asyncio.sleep(0.2)
             await settled(pid)
         points.append(rss_kib(pid))
+        threads.append(proc_status(pid, "Threads"))
     _, late = await asyncio.wait(tasks, timeout=HOLD_SECONDS + 60)
     for task in late:
         task.cancel()
     row = {
         "held_turns": count,
         "rss_kib_0_n_2n": points,
+        "threads_0_n_2n": threads,
         "kib_per_held_turn_first_n": (points[1] - points[0]) / count,
         "kib_per_held_turn": (points[2] - points[1]) / count,
         "held_finished": len(level.turns),
