@@ -607,7 +607,9 @@ def main() -> None:
         fake = subprocess.Popen([sys.executable, __file__, "--fake", str(port_file)], cwd=ROOT)
         server = None
         try:
-            env = server_env(db_path=db, extra={"LOG_LEVEL": "ERROR"})
+            # DEBUG off, as a served process: with DEBUG on Django keeps every query's SQL.
+            served = {"LOG_LEVEL": "ERROR", "DEBUG": "0", "ALLOWED_HOSTS": "127.0.0.1"}
+            env = server_env(db_path=db, extra=served)
             subprocess.run(
                 [sys.executable, "manage.py", "migrate", "--noinput"],
                 cwd=tree,
