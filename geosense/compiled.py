@@ -39,25 +39,31 @@ class _Plan:
 _ORM = object()  # a shape whose parameters did not match: it stays on the ORM
 
 
-class CompiledRead:
-    """A `values_list` read of a fixed shape (see the module's docstring).
-
-    `build(*args)`: the queryset (a `values_list`, sliced or not). `tail(connection, *args)`:
-    the last of its parameters, in the SQL's order, prepared for `connection`. `shape(*args)`:
-    whatever changes the SQL's text (an optional filter, the length of an `IN` list)."""
+class _Compiled:
+    """What a compiled read and a compiled update share: the queryset's definition (`build`),
+    how its last parameters are made (`tail`), what changes its SQL's text (`shape`), and the
+    plans kept per shape."""
 
     def __init__(
         self,
         *,
-        build: Callable[..., QuerySet],
+        build: Callable[..., Any],
         tail: Callable[..., list[Any]],
         shape: Callable[..., Hashable] = lambda *args: (),
     ) -> None:
         self.build = build
         self.tail = tail
         self.shape = shape
-        self._plans: dict[Hashable, _Plan | object] = {}
+        self._plans: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
+
+
+class CompiledRead(_Compiled):
+    """A `values_list` read of a fixed shape (see the module's docstring).
+
+    `build(*args)`: the queryset (a `values_list`, sliced or not). `tail(connection, *args)`:
+    the last of its parameters, in the SQL's order, prepared for `connection`. `shape(*args)`:
+    whatever changes the SQL's text (an optional filter, the length of an `IN` list)."""
 
     def rows(self, *args: Any) -> list[tuple[Any, ...]]:
         connection = connections[DEFAULT_DB_ALIAS]
@@ -116,25 +122,12 @@ def db_value(model: Any, field: str, value: Any, connection: Any) -> Any:
     return target.get_db_prep_value(value, connection, prepared=False)
 
 
-class CompiledUpdate:
+class CompiledUpdate(_Compiled):
     """`queryset.update(**values)` of a fixed shape, compiled once per process (the claim, the
     lease, the release: every turn's writes). `build(*args)` gives the queryset and the values;
     `tail(connection, *args)` every parameter in the SQL's order (the values set, then the
     filters'), checked against Django's own at the first call of each shape as for
     `CompiledRead`. Returns the number of rows updated."""
-
-    def __init__(
-        self,
-        *,
-        build: Callable[..., tuple[QuerySet, dict[str, Any]]],
-        tail: Callable[..., list[Any]],
-        shape: Callable[..., Hashable] = lambda *args: (),
-    ) -> None:
-        self.build = build
-        self.tail = tail
-        self.shape = shape
-        self._plans: dict[Hashable, str | object] = {}
-        self._lock = threading.Lock()
 
     def run(self, *args: Any) -> int:
         connection = connections[DEFAULT_DB_ALIAS]
