@@ -5,56 +5,18 @@ cookie socket (a page). 500 sockets connecting at once did this work once each o
 single `database_sync_to_async` thread, opening and closing a SQLite connection for every call,
 and their handshakes queued there past Daphne's 5 s time-out."""
 
-import threading
-
 import pytest
-from asgiref.sync import SyncToAsync
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
-from django.db.backends import utils as db_utils
 from django.test import Client
 
 from chat.models import ChatSession
-from geosense import dbpool
 from geosense.accounts.services import api_token_create
 from geosense.asgi import application
+from tests.chat.costs import Costs
 from tests.client_tools import LOCATION
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
-
-
-class Costs:
-    """Thread hops (any `sync_to_async`), pool trips and SQL statements while counting."""
-
-    def __init__(self, monkeypatch) -> None:
-        self.hops = 0
-        self.trips = 0
-        self.statements: list[str] = []
-        self._lock = threading.Lock()
-        call, submit = SyncToAsync.__call__, dbpool._Pool.submit
-        execute = db_utils.CursorWrapper._execute
-
-        async def counted_call(hop, *args, **kwargs):
-            with self._lock:
-                self.hops += 1
-            return await call(hop, *args, **kwargs)
-
-        def counted_submit(pool, fn, /, *args, **kwargs):
-            with self._lock:
-                self.trips += 1
-            return submit(pool, fn, *args, **kwargs)
-
-        def counted_execute(cursor, sql, params, *ignored):
-            with self._lock:
-                self.statements.append(sql[:80])
-            return execute(cursor, sql, params, *ignored)
-
-        monkeypatch.setattr(SyncToAsync, "__call__", counted_call)
-        monkeypatch.setattr(dbpool._Pool, "submit", counted_submit)
-        monkeypatch.setattr(db_utils.CursorWrapper, "_execute", counted_execute)
-
-    def snapshot(self) -> tuple[int, int, int]:
-        return self.hops, self.trips, len(self.statements)
 
 
 def someone(name: str) -> tuple[object, str, ChatSession]:

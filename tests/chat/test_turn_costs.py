@@ -3,15 +3,11 @@ to the pool and the SQL statements it runs, counted for a turn with one served c
 and a text-only turn, so that a change that adds trips or statements per turn shows here; and
 what an event costs when every socket it goes to is served directly."""
 
-import threading
-
 import pytest
 from channels.layers import get_channel_layer
-from django.db.backends import utils as db_utils
-from django.db.models.sql import compiler as sql_compiler
 
 from chat.events import session_group
-from geosense import dbpool
+from tests.chat.costs import Costs
 from tests.chat.test_consumer_turns import (
     frames_until,
     invoke_answer,
@@ -22,42 +18,6 @@ from tests.chat.test_consumer_turns import (
 from tests.client_tools import LOCATION
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
-
-
-class Costs:
-    """Pool trips, SQL statements and the ORM's compiles of a statement (any thread) while
-    counting."""
-
-    def __init__(self, monkeypatch) -> None:
-        self.trips = 0
-        self.compiled = 0
-        self.statements: list[str] = []
-        self._lock = threading.Lock()
-        submit, execute = dbpool._Pool.submit, db_utils.CursorWrapper._execute
-
-        def counted_submit(pool, fn, /, *args, **kwargs):
-            with self._lock:
-                self.trips += 1
-            return submit(pool, fn, *args, **kwargs)
-
-        def counted_execute(cursor, sql, params, *ignored):
-            with self._lock:
-                self.statements.append(sql[:80])
-            return execute(cursor, sql, params, *ignored)
-
-        def counted(compile_sql):
-            def counted_compile(compiler, *args, **kwargs):
-                with self._lock:
-                    self.compiled += 1
-                return compile_sql(compiler, *args, **kwargs)
-
-            return counted_compile
-
-        monkeypatch.setattr(dbpool._Pool, "submit", counted_submit)
-        monkeypatch.setattr(db_utils.CursorWrapper, "_execute", counted_execute)
-        for kind in ("SQLCompiler", "SQLInsertCompiler", "SQLUpdateCompiler", "SQLDeleteCompiler"):
-            cls = getattr(sql_compiler, kind)
-            monkeypatch.setattr(cls, "as_sql", counted(cls.__dict__["as_sql"]))
 
 
 async def test_a_turn_with_one_served_client_call_costs_few_pool_trips_and_statements(

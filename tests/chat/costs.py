@@ -1,0 +1,57 @@
+"""Counting what a piece of work costs the process, for the cost tests of turns
+(test_turn_costs.py) and of sockets' connects (test_socket_costs.py): thread hops (any
+`sync_to_async`), trips to the database pool, SQL statements and the ORM's compiles of a
+statement, on any thread, while a `Costs` lives (the patches go with the test's monkeypatch)."""
+
+import threading
+
+from asgiref.sync import SyncToAsync
+from django.db.backends import utils as db_utils
+from django.db.models.sql import compiler as sql_compiler
+
+from geosense import dbpool
+
+
+class Costs:
+    def __init__(self, monkeypatch) -> None:
+        self.hops = 0
+        self.trips = 0
+        self.compiled = 0
+        self.statements: list[str] = []
+        self._lock = threading.Lock()
+        call, submit = SyncToAsync.__call__, dbpool._Pool.submit
+        execute = db_utils.CursorWrapper._execute
+
+        async def counted_call(hop, *args, **kwargs):
+            with self._lock:
+                self.hops += 1
+            return await call(hop, *args, **kwargs)
+
+        def counted_submit(pool, fn, /, *args, **kwargs):
+            with self._lock:
+                self.trips += 1
+            return submit(pool, fn, *args, **kwargs)
+
+        def counted_execute(cursor, sql, params, *ignored):
+            with self._lock:
+                self.statements.append(sql[:80])
+            return execute(cursor, sql, params, *ignored)
+
+        def counted(compile_sql):
+            def counted_compile(compiler, *args, **kwargs):
+                with self._lock:
+                    self.compiled += 1
+                return compile_sql(compiler, *args, **kwargs)
+
+            return counted_compile
+
+        monkeypatch.setattr(SyncToAsync, "__call__", counted_call)
+        monkeypatch.setattr(dbpool._Pool, "submit", counted_submit)
+        monkeypatch.setattr(db_utils.CursorWrapper, "_execute", counted_execute)
+        for kind in ("SQLCompiler", "SQLInsertCompiler", "SQLUpdateCompiler", "SQLDeleteCompiler"):
+            cls = getattr(sql_compiler, kind)
+            monkeypatch.setattr(cls, "as_sql", counted(cls.__dict__["as_sql"]))
+
+    def snapshot(self) -> tuple[int, int, int]:
+        """Hops, trips and statements so far."""
+        return self.hops, self.trips, len(self.statements)
