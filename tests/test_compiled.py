@@ -40,13 +40,19 @@ def _compiles(monkeypatch) -> list[int]:
     return counted
 
 
-def test_a_compiled_read_runs_its_kept_sql_with_new_values(sessions, monkeypatch):
-    builds: list[object] = []
+def _recorded(builds: list[object]):
+    """`_query` as a read's `build`, recording the sessions it was built for."""
 
     def build(session_id, turn):
         builds.append(session_id)
         return _query(session_id, turn)
 
+    return build
+
+
+def test_a_compiled_read_runs_its_kept_sql_with_new_values(sessions, monkeypatch):
+    builds: list[object] = []
+    build = _recorded(builds)
     read = CompiledRead(
         build=build,
         tail=lambda connection, session_id, turn: [
@@ -69,11 +75,7 @@ def test_a_compiled_read_runs_its_kept_sql_with_new_values(sessions, monkeypatch
 
 def test_a_read_whose_parameters_differ_stays_on_the_orm(sessions, caplog):
     builds: list[object] = []
-
-    def build(session_id, turn):
-        builds.append(session_id)
-        return _query(session_id, turn)
-
+    build = _recorded(builds)
     # The tail in the wrong order: never bound that way, every call goes through the ORM.
     read = CompiledRead(
         build=build,
