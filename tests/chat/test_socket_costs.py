@@ -31,6 +31,20 @@ async def bind_and_register(ws: WebsocketCommunicator, session: ChatSession) -> 
     assert (await ws.receive_json_from())["type"] == "client-tool-registered"
 
 
+async def connect_bind_register(
+    headers: list[tuple[bytes, bytes]], session: ChatSession, costs: Costs
+) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """A socket with `headers` connects, binds to `session` and registers location_get; the
+    costs counted after the handshake and after the registration."""
+    ws = WebsocketCommunicator(application, "/ws/chat/", headers=headers)
+    assert (await ws.connect())[0]
+    handshake = costs.snapshot()
+    await bind_and_register(ws, session)
+    connected = costs.snapshot()
+    await ws.disconnect()
+    return handshake, connected
+
+
 async def test_a_token_socket_connects_binds_and_registers_in_three_pool_trips(monkeypatch):
     """The handshake is one trip (the token with its user), the bind one (the ownership
     check), the registration one; no hop besides them, none on Channels' own thread (where
@@ -39,14 +53,9 @@ async def test_a_token_socket_connects_binds_and_registers_in_three_pool_trips(m
 
     _, token, session = await database_sync_to_async(someone)("alice")
     costs = Costs(monkeypatch)
-    ws = WebsocketCommunicator(
-        application, "/ws/chat/", headers=[(b"authorization", f"Bearer {token}".encode())]
+    handshake, connected = await connect_bind_register(
+        [(b"authorization", f"Bearer {token}".encode())], session, costs
     )
-    assert (await ws.connect())[0]
-    handshake = costs.snapshot()
-    await bind_and_register(ws, session)
-    connected = costs.snapshot()
-    await ws.disconnect()
     assert handshake[:2] == (1, 1), (handshake, costs.statements)
     # It was 4 hops on Channels' thread (the session user, the token, the bind, the
     # registration), none on the pool.
@@ -68,20 +77,12 @@ async def test_a_cookie_socket_handshake_is_one_pool_trip(monkeypatch):
 
     cookie, session = await database_sync_to_async(logged_in)()
     costs = Costs(monkeypatch)
-    ws = WebsocketCommunicator(
-        application,
-        "/ws/chat/",
-        headers=[
-            (b"cookie", f"sessionid={cookie}".encode()),
-            (b"origin", b"http://testserver"),
-            (b"host", b"testserver"),
-        ],
-    )
-    assert (await ws.connect())[0]
-    handshake = costs.snapshot()
-    await bind_and_register(ws, session)
-    connected = costs.snapshot()
-    await ws.disconnect()
+    headers = [
+        (b"cookie", f"sessionid={cookie}".encode()),
+        (b"origin", b"http://testserver"),
+        (b"host", b"testserver"),
+    ]
+    handshake, connected = await connect_bind_register(headers, session, costs)
     assert handshake[:2] == (1, 1), (handshake, costs.statements)
     assert connected[:2] == (3, 3), (connected, costs.statements)
 
