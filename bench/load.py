@@ -1,6 +1,7 @@
 """One Daphne process under load: N users, each with a bound socket, running turns back to back.
 
     .venv/bin/python bench/load.py [--users 1,50,200,500] [--seconds 20] [--tree PATH] [--hold N]
+        [--rate TURNS_PER_S]
 
 Set-up, all on loopback: a Daphne process runs GeoSense from `--tree` (default: this checkout;
 give a worktree of an older commit to measure "before" with the same script) on a fresh seeded
@@ -10,6 +11,12 @@ bound to it that registers a served blocking client tool (`bench_echo`) and answ
 at once, and a loop that posts a message (`POST …/message/stream`) and reads the SSE stream to
 `turn_end`, then posts the next. The model's script: a user message → call `bench_echo`; the
 tool's result → a short text. So every turn is two model requests and one client-tool call.
+
+Back to back, the process is saturated and a turn's latency is the queue in front of it: by
+Little's law the mean turn takes N users / throughput (200 users at 50 turns/s: 4 s), however
+fast each turn's own work is. `--rate R` measures latency as people meet it instead: the N users
+together offer R turns/s (each posts every N/R s from a random phase; `late` counts the turns
+posted late because the user's previous turn still ran, i.e. the process fell behind R).
 
 Reported per level (N users, `--seconds` of turns, then the turns in flight finish):
 - turns/s, turn p50/p99 (POST sent → `turn_end` read);
@@ -41,6 +48,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import sqlite3
@@ -132,6 +140,7 @@ class Level:
     not_ready: int = 0  # sockets not bound and registered in time
     ready_seconds: float = 0.0  # until every socket (that made it) was bound and registered
     running: int = 0  # users that ran turns (their sockets were ready)
+    late: int = 0  # with --rate: turns posted after they were due (the previous one still ran)
     rss_ready_kib: int = 0  # the server's RSS once the sockets were ready, before any turn
     sockets: list[SocketTimes] = field(default_factory=list)
     # CPU seconds (user + system) while the sockets connected: the server's, and this bench's
@@ -266,8 +275,14 @@ async def user_socket_once(
 
 
 async def level_run(
-    port: int, users: list[tuple[str, str]], seconds: float, pid: int
+    port: int, users: list[tuple[str, str]], seconds: float, pid: int, rate: float | None = None
 ) -> tuple[Level, float]:
+    """One level: every user's socket at once, then `seconds` of turns. Without `rate` each
+    user posts its next message as soon as its turn ends (closed loop: the process saturated).
+    With `rate` (turns/s offered by all the users together) each user posts every
+    len(users) / rate seconds from a random phase, as people who read an answer before they
+    write again; a user whose turn is still running when the next is due posts it when the
+    turn ends (counted as `late`: the process did not keep up with the offered rate)."""
     level = Level()
     readies = [asyncio.Event() for _ in users]
     level.sockets = [SocketTimes() for _ in users]
@@ -297,8 +312,20 @@ async def level_run(
         stop_at = started + seconds
 
         async def user(token: str, session: str) -> None:
-            while time.monotonic() < stop_at:
+            if rate is None:
+                while time.monotonic() < stop_at:
+                    await turn_post(port, token, session, "tool please", level)
+                return
+            period = len(users) / rate
+            due = started + random.uniform(0, period)
+            while due < stop_at:
+                wait = due - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                else:
+                    level.late += 1
                 await turn_post(port, token, session, "tool please", level)
+                due += period
 
         await asyncio.wait_for(
             asyncio.gather(*(user(t, s) for t, s in users)), timeout=seconds + 300
@@ -450,7 +477,9 @@ async def bench(args: argparse.Namespace, port: int, pid: int, db: Path, users) 
         stop = asyncio.Event()
         peak_task = asyncio.create_task(rss_peak(pid, stop))
         SOCKET_ERRORS.clear()
-        level, elapsed = await level_run(port, group, args.seconds, pid)
+        bench_cpu = own_cpu_seconds()
+        level, elapsed = await level_run(port, group, args.seconds, pid, args.rate)
+        bench_cpu = own_cpu_seconds() - bench_cpu
         stop.set()
         peak = await peak_task
         cpu = cpu_seconds(pid) - cpu_before
@@ -459,10 +488,14 @@ async def bench(args: argparse.Namespace, port: int, pid: int, db: Path, users) 
         row = {
             "users": count,
             "turns": len(level.turns),
+            "offered_per_s": args.rate,
+            "late": level.late,
             "turns_per_s": len(level.turns) / elapsed,
             "turn_p50_ms": pct(level.turns, 0.5),
             "turn_p99_ms": pct(level.turns, 0.99),
             "cpu_ms_per_turn": cpu * 1000 / max(1, len(level.turns)),
+            # this bench's own CPU (its users and their sockets) per turn: it shares the cores
+            "bench_cpu_ms_per_turn": bench_cpu * 1000 / max(1, len(level.turns)),
             "tool_p50_ms": pct(level.round_trips, 0.5),
             "tool_p99_ms": pct(level.round_trips, 0.99),
             "http_errors": level.http_errors,
@@ -592,6 +625,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--tracemalloc", type=Path, help="with --hold: the server's allocation snapshots, here"
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        help="turns/s offered by each level's users together (default: back to back)",
     )
     parser.add_argument("--fake", help=argparse.SUPPRESS)
     args = parser.parse_args()
