@@ -8,7 +8,9 @@ GiST indexes on `geom` and `(geom::geography)`. No process holds a copy of the d
   (`_metres_sql`). within-distance finds its candidate pairs by a hash join on a grid of
   cells over the whole dataset (`_grid_pairs_sql`) or through the geography index within a
   bbox (`_probe_pairs_sql`), keeps each source's nearest by a planar distance
-  (`_planar_distance_sql`) and measures that one; nearest finds its candidates with
+  (`_planar_distance_sql`) and takes that one's metres from it, within 0.001 % of the
+  spheroid's (`_plane_metres_sql`, which measures on the spheroid where it cannot bound the
+  plane's error that tightly); nearest finds its candidates with
   `ST_DWithin` on the sphere widened by its error;
 - overlap shares are `ST_Area` (or `ST_Length`) of `ST_Intersection(...)::geography` over the
   source's own, as the index divides measures in its plane;
@@ -22,6 +24,7 @@ Live means `deleted_at IS NULL`, the filter of `Annotation.objects`.
 """
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +43,12 @@ SPHERE_MARGIN = 1.02
 E2 = 0.00669437999014
 # Metres in a degree of latitude at the equator: the least anywhere on WGS84.
 MERIDIAN_DEGREE_M = 110_574.0
+# The same unrounded, a(1 - e²)·π/180: a degree of latitude at φ is this over
+# (1 - e² sin² φ)^1.5 metres.
+MERIDIAN_ARC_M = 6_378_137.0 * (1 - E2) * math.pi / 180
+# Relative error up to which `_plane_metres_sql` takes the plane's metres for the geodesic
+# (0.001 %: the index's own tolerance is 0.01 %, `index.PLANE_TOLERANCE`).
+PLANE_BOUND = 1e-5
 
 
 def _metres_sql(a: str, b: str, scale: str) -> str:
@@ -74,6 +83,43 @@ def _planar_distance_sql(a: str, b: str, scale: str) -> str:
     20 m of a house" cost as much PostgreSQL CPU as the index probes that found them (~3 s
     each), and the spheroid metres of every candidate 20 % of the rest."""
     return f"ST_Distance(ST_Scale({a}, {scale}, 1), ST_Scale({b}, {scale}, 1))"
+
+
+def _plane_metres_sql() -> str:
+    """SQL for the geodesic metres of a source and its nearest target in the subquery
+    `nearest` of `annotations_within_distance` (columns source_id, target_id, scale, lat0,
+    lat1, planar): `planar` times the metres in a degree of latitude at lat0, where the plane of
+    `_planar_distance_sql` is conformal; or, where that cannot be trusted to `PLANE_BOUND`,
+    `_metres_sql` on their geometries read again by id.
+
+    Why it holds: in that plane (x = longitude times `scale` at lat0, y = latitude, in degrees)
+    a length at latitude φ is the plane's times M(φ)/M(lat0) northwards and N(φ)cos φ /
+    (N(lat0)cos lat0) eastwards (M, N the spheroid's meridian and prime vertical radii of
+    curvature). Per radian of latitude the logarithm of the first moves by 3e² sin φ cos φ /
+    (1 - e² sin² φ), at most 3e²/(2(1 - e²)) < 0.0101, and of the second by
+    e² sin φ cos φ / (1 - e² sin² φ) - tan φ, at most |tan φ|. The nearest points lie in the
+    source's box and within `planar` of it, so in latitudes within lat1 - lat0 + planar of lat0
+    (lat0, lat1: the box's least and greatest), and the geodesic between them is the plane's
+    metres times e^±B, B that span in radians times (tan of the highest |latitude| in it +
+    0.0101). For a tree 20 m from a house at 34° B is ~2e-6, and the metres differ from
+    `_metres_sql`'s by as much. Above `PLANE_BOUND` (a span of ~90 m at 34°, ~10 m at 80°),
+    at 89° or more, or with the distance within e^±B of %(distance)s (a pair the
+    bound cannot put on its side), the spheroid decides as before: a handful of rows.
+
+    Measured at a million ("trees within 20 m of a house", docs/benchmarks.md): `_metres_sql`
+    on every nearest pair cost ~2 µs each and made the sort below it carry both geometries."""
+    lat0 = "radians(lat0)"
+    top = "greatest(abs(lat0 - planar), abs(lat1 + planar))"
+    bound = f"(radians(lat1 - lat0 + planar) * (tan(radians({top})) + 0.0101))"
+    plane = f"(planar * {MERIDIAN_ARC_M!r} / (1 - {E2} * sin({lat0})^2) ^ 1.5)"
+    exact = _metres_sql("s.geom", _near_side_sql("s.geom", "t.geom"), "nearest.scale")
+    return (
+        f"CASE WHEN {top} < 89 AND {bound} <= {PLANE_BOUND}"
+        f" AND ({plane} * (1 + 2 * {bound}) <= %(distance)s"
+        f" OR {plane} * (1 - 2 * {bound}) > %(distance)s) THEN {plane}"
+        f" ELSE (SELECT {exact} FROM {TABLE} s JOIN {TABLE} t ON t.id = nearest.target_id"
+        " WHERE s.id = nearest.source_id) END"
+    )
 
 
 _SHAPES: dict[int, Shape] = {0: "point", 1: "line", 2: "polygon"}
@@ -115,7 +161,7 @@ def _sources_sql(bbox: BBox | None) -> tuple[str, str, str, dict[str, Any]]:
         return "", f"{TABLE} s", live, {}
     min_lon, min_lat, max_lon, max_lat = bbox
     with_sql = (
-        f"WITH s AS MATERIALIZED (SELECT s.id, s.geom, s.min_lat FROM {TABLE} s WHERE {live}"
+        f"WITH s AS MATERIALIZED (SELECT s.id, s.geom FROM {TABLE} s WHERE {live}"
         " AND s.geom && ST_MakeEnvelope(%(min_lon)s, %(min_lat)s, %(max_lon)s, %(max_lat)s, 4326)"
         " AND s.min_lon <= %(max_lon)s AND s.max_lon >= %(min_lon)s"
         " AND s.min_lat <= %(max_lat)s AND s.max_lat >= %(min_lat)s)"
@@ -195,9 +241,11 @@ def annotations_within_distance(
 
     Candidate pairs (`_grid_pairs_sql` for the whole dataset, `_probe_pairs_sql` within a bbox)
     are a superset of the pairs within the reach; `_planar_distance_sql` drops the far ones
-    and ranks each source's others, DISTINCT ON keeps its nearest, and only that one is
-    measured on the spheroid (`_metres_sql`). The OFFSET 0 fences stop the planner from
-    copying a measure into the filter above it (each would be computed twice).
+    and ranks each source's others, DISTINCT ON keeps its nearest (sorting ids and numbers
+    only: the geometries stay behind), and only that one gets its metres (`_plane_metres_sql`:
+    from the planar distance, or on the spheroid where that bound is not tight enough). The
+    OFFSET 0 fences stop the planner from copying a measure into the filter above it (each
+    would be computed twice).
     """
     if distance_m < 0:
         return WithinPairs(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
@@ -210,9 +258,9 @@ def annotations_within_distance(
         f"""
         {with_sql}
         SELECT source_id, target_id, metres FROM (
-          SELECT source_id, target_id, {_metres_sql("sg", "tg", "scale")} AS metres FROM (
+          SELECT source_id, target_id, {_plane_metres_sql()} AS metres FROM (
             SELECT DISTINCT ON (source_id) * FROM (
-              SELECT source_id, target_id, sg, tg, scale,
+              SELECT source_id, target_id, scale, lat0, lat1,
                      {_planar_distance_sql("sg", "tg", "scale")} AS planar
               FROM ({pairs}) pairs OFFSET 0
             ) candidates
@@ -240,12 +288,14 @@ def _probe_pairs_sql(bbox: BBox) -> tuple[str, str, dict[str, Any]]:
 
     The pairs' columns, here and in `_grid_pairs_sql`: source_id, target_id, sg and tg (their
     geometries), scale (`_conformal_scale_sql` at the source's least latitude: the plane of
-    `_planar_distance_sql` and `_metres_sql`)."""
+    `_planar_distance_sql` and `_metres_sql`), lat0 and lat1 (the least and greatest latitude
+    of the source's box, `geom`'s: `_plane_metres_sql` bounds its error with them)."""
     with_sql, sources, sources_live, params = _sources_sql(bbox)
     pairs = (
         f"SELECT s.id AS source_id, t.id AS target_id, s.geom AS sg,"
         f" {_near_side_sql('s.geom', 't.geom')} AS tg,"
-        f" {_conformal_scale_sql('s.min_lat')} AS scale FROM {sources} JOIN {TABLE} t"
+        f" {_conformal_scale_sql('ST_YMin(s.geom)')} AS scale, ST_YMin(s.geom) AS lat0,"
+        f" ST_YMax(s.geom) AS lat1 FROM {sources} JOIN {TABLE} t"
         " ON t.geom::geography && _ST_Expand(s.geom::geography, %(reach)s) AND t.id <> s.id"
         f" WHERE t.category = %(target)s AND t.deleted_at IS NULL AND {sources_live}"
     )
@@ -331,7 +381,8 @@ def _grid_pairs_sql(reach: float) -> tuple[str, str, dict[str, Any]]:
           ) t
         )"""
     pairs = f"""
-        SELECT s.id AS source_id, t.id AS target_id, s.geom AS sg, t.geom AS tg, s.scale
+        SELECT s.id AS source_id, t.id AS target_id, s.geom AS sg, t.geom AS tg, s.scale,
+               s.min_lat AS lat0, s.max_lat AS lat1
         FROM (SELECT s.*, cx0 + dx AS cx, cy0 + dy AS cy FROM s CROSS JOIN {_CELLS}
               WHERE gridded AND cx0 + dx <= cx1 AND cy0 + dy <= cy1) s
         JOIN (SELECT t.*, cx0 + dx AS cx, cy0 + dy AS cy FROM t CROSS JOIN {_CELLS}
@@ -341,13 +392,14 @@ def _grid_pairs_sql(reach: float) -> tuple[str, str, dict[str, Any]]:
              AND s.min_lon <= t.x1 AND s.max_lon >= t.x0
              AND s.min_lat <= t.y1 AND s.max_lat >= t.y0 AND t.id <> s.id
         UNION ALL
-        SELECT s.id, t.id, s.geom, {_near_side_sql("s.geom", "t.geom")}, s.scale
+        SELECT s.id, t.id, s.geom, {_near_side_sql("s.geom", "t.geom")}, s.scale, s.min_lat,
+               s.max_lat
         FROM s JOIN {TABLE} t
           ON t.geom::geography && _ST_Expand(s.geom::geography, %(reach)s) AND t.id <> s.id
         WHERE NOT s.gridded AND t.category = %(target)s AND t.deleted_at IS NULL
         UNION ALL
         SELECT s.id, t.id, s.geom, {_near_side_sql("s.geom", "t.geom")},
-               {_conformal_scale_sql("s.min_lat")}
+               {_conformal_scale_sql("ST_YMin(s.geom)")}, ST_YMin(s.geom), ST_YMax(s.geom)
         FROM t JOIN {TABLE} s
           ON s.geom::geography && _ST_Expand(t.geom::geography, %(reach)s) AND t.id <> s.id
         WHERE NOT t.gridded AND s.category = %(source)s AND s.deleted_at IS NULL"""

@@ -379,3 +379,70 @@ def test_within_distance_finds_pairs_off_the_grid(spatial_db):
     for source, (name, target, metres) in expected.items():
         assert got[source][0] == target, name
         assert got[source][1] == pytest.approx(metres, rel=1e-3, abs=1e-6), name
+
+
+PLANE_METRES = """
+import json
+from pyproj import Geod
+from django.test import override_settings
+from geosense.annotations import selectors, services
+
+geod = Geod(ellps="WGS84")
+
+def ahead(lon, lat, metres, azimuth=45.0):
+    return geod.fwd(lon, lat, azimuth, metres)[:2]
+
+def point(lon, lat):
+    return {"type": "Point", "coordinates": [lon, lat]}
+
+def square(lon, lat, side):
+    ring = [[lon, lat], [lon + side, lat], [lon + side, lat + side], [lon, lat + side], [lon, lat]]
+    return {"type": "Polygon", "coordinates": [ring]}
+
+# (name, source, target, the two points whose geodesic is the pair's distance), each pair at a
+# longitude of its own. Northeast of a point, a square's nearest point is its low corner; a
+# point northeast of a square's high corner is nearest to that corner.
+cases = []
+for n, lat in enumerate((0.0, 34.0, -45.0, 60.0, 72.0, 80.0)):
+    lon = 10.0 * n
+    for metres in (19.99998, 20.00002):  # 20 µm each side of the reach
+        far = ahead(lon, lat, metres)
+        cases.append((f"points {metres} m apart at {lat}", point(lon, lat), point(*far),
+                      (lon, lat, *far)))
+        lon += 0.01
+    corner = ahead(lon, lat, 15.0)
+    cases.append((f"a point and a polygon at {lat}", point(lon, lat), square(*corner, 0.0003),
+                  (lon, lat, *corner)))
+    lon += 0.01
+    near = ahead(lon + 0.0003, lat + 0.0003, 12.0)
+    cases.append((f"a polygon and a point at {lat}", square(lon, lat, 0.0003), point(*near),
+                  (lon + 0.0003, lat + 0.0003, *near)))
+expected, ids = {}, []
+for name, source, target, (lon1, lat1, lon2, lat2) in cases:
+    s = services.annotation_create(category="plane_source", geometry=source).pk
+    t = services.annotation_create(category="plane_target", geometry=target).pk
+    ids += [s, t]
+    expected[s] = [name, t, geod.inv(lon1, lat1, lon2, lat2)[2]]
+with override_settings(GEOSENSE_SPATIAL_BACKEND="auto"):
+    within = selectors.annotations_within_distance(
+        source="plane_source", target="plane_target", distance_m=20)
+got = {s: [t, m] for s, t, m in zip(within.source_ids.tolist(), within.target_ids.tolist(),
+                                     within.distances_m.tolist())}
+print(json.dumps({"ids": ids, "expected": expected, "got": got}))
+"""
+
+
+def test_within_distance_metres_from_the_plane_match_the_spheroid(spatial_db):
+    """Within-distance takes a nearest pair's metres from its planar distance where its bound
+    says they are within 0.001 % of the geodesic (`postgis._plane_metres_sql`), else from the
+    spheroid: points and polygons at latitudes from the equator to 80°, each measured against
+    the geodesic between its two nearest points, and pairs 20 µm each side of the reach, which
+    the plane alone puts on the wrong side at 72° (20.000014 m for 19.99998)."""
+    out = json.loads(spatial_db.shell(PLANE_METRES).strip().splitlines()[-1])
+    spatial_db.sql(f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (out["ids"],))
+    got = {int(s): v for s, v in out["got"].items()}
+    expected = {int(s): v for s, v in out["expected"].items() if v[2] <= 20}
+    assert got.keys() == expected.keys(), {v[0] for v in out["expected"].values()}
+    for source, (name, target, metres) in expected.items():
+        assert got[source][0] == target, name
+        assert got[source][1] == pytest.approx(metres, rel=1e-5), name
