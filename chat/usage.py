@@ -9,11 +9,15 @@ pay for 1,000 tokens (at least 1 credit).
 """
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.utils import timezone
 
 from geosense.accounts.services import credit_balance, credit_charge
+from geosense.compiled import db_value
 
 from .models import ChatSession, TurnUsage
 
@@ -70,19 +74,14 @@ def usage_record(
     user_id: int | None = None,
 ) -> TurnUsage:
     """Add one request's reported tokens to its turn and charge what the turn owes now.
-    `user_id`: the session's owner, when the caller knows it (not read again). A turn's first
-    request inserts its row with the counts (one write)."""
+    `user_id`: the session's owner, when the caller knows it (not read again).
+
+    The turn's row is added to in one statement (`_usage_add`); only a priced turn then reads
+    the balance and charges, in the same transaction."""
+    if not tokens_priced():
+        return _usage_add(session_id, turn, prompt_tokens, completion_tokens, user_id)
     with transaction.atomic():
-        usage = (
-            TurnUsage.objects.select_for_update().filter(session_id=session_id, turn=turn).first()
-        )
-        if usage is None:
-            if user_id is None:
-                user_id = ChatSession.objects.values_list("user_id", flat=True).get(pk=session_id)
-            usage = TurnUsage(session_id=session_id, user_id=user_id, turn=turn)
-        usage.requests += 1
-        usage.prompt_tokens += max(0, prompt_tokens)
-        usage.completion_tokens += max(0, completion_tokens)
+        usage = _usage_add(session_id, turn, prompt_tokens, completion_tokens, user_id)
         owed = math.ceil((usage.prompt_tokens + usage.completion_tokens) * _price() / 1000)
         due = owed - usage.credits
         if due > 0:
@@ -97,6 +96,92 @@ def usage_record(
                     tool_name=LEDGER_NAME,
                 )
                 usage.credits += amount
+                TurnUsage.objects.filter(pk=usage.pk).update(credits=usage.credits)
+    return usage
+
+
+def _usage_add(
+    session_id: object, turn: int, prompt_tokens: int, completion_tokens: int, user_id: Any
+) -> TurnUsage:
+    """The turn's row with one more request and its tokens, inserted or added to in one
+    statement, an upsert returning the totals: every model step records its usage, and the
+    locked read, the write and the transaction around them were a quarter of the database
+    thread's work per turn (issue 15). An SQLite older than 3.35 (no `RETURNING`) goes
+    through the ORM."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    prompt_tokens, completion_tokens = max(0, prompt_tokens), max(0, completion_tokens)
+    if not connection.features.can_return_columns_from_insert:
+        return _usage_add_orm(session_id, turn, prompt_tokens, completion_tokens, user_id)
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    session_pk = db_value(TurnUsage, "session", session_id, connection)
+    with transaction.mark_for_rollback_on_error(using=connection.alias):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _upsert_sql(connection),
+                [session_pk, user_id, session_pk, turn, prompt_tokens, completion_tokens, now, now],
+            )
+            pk, user_id, requests, prompt, completion, credits = cursor.fetchone()
+    usage = TurnUsage(
+        pk=pk,
+        session_id=session_id,
+        user_id=user_id,
+        turn=turn,
+        requests=requests,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        credits=credits,
+    )
+    usage._state.adding, usage._state.db = False, connection.alias
+    return usage
+
+
+def _upsert_sql(connection: Any) -> str:
+    """`INSERT … ON CONFLICT (session, turn) DO UPDATE … RETURNING`, as SQLite (3.35+) and
+    PostgreSQL both read it; built once per database vendor."""
+    sql = _UPSERT.get(connection.vendor)
+    if sql is None:
+        sql = _UPSERT[connection.vendor] = _upsert_sql_build(connection.ops.quote_name)
+    return sql
+
+
+_UPSERT: dict[str, str] = {}
+
+
+def _upsert_sql_build(q: Callable[[str], str]) -> str:
+    table = q(TurnUsage._meta.db_table)
+    column = {f.name: q(f.column) for f in TurnUsage._meta.concrete_fields}
+    sessions, owner = q(ChatSession._meta.db_table), q(ChatSession._meta.get_field("user").column)
+    added = ", ".join(
+        f"{column[name]} = {table}.{column[name]} + excluded.{column[name]}"
+        for name in ("requests", "prompt_tokens", "completion_tokens")
+    )
+    return (
+        f"INSERT INTO {table} ({column['session']}, {column['user']}, {column['turn']}, "
+        f"{column['requests']}, {column['prompt_tokens']}, {column['completion_tokens']}, "
+        f"{column['credits']}, {column['created']}, {column['updated']}) "
+        f"VALUES (%s, COALESCE(%s, (SELECT {owner} FROM {sessions} WHERE "
+        f"{q(ChatSession._meta.pk.column)} = %s)), %s, 1, %s, %s, 0, %s, %s) "
+        f"ON CONFLICT ({column['session']}, {column['turn']}) DO UPDATE SET {added}, "
+        f"{column['updated']} = excluded.{column['updated']} "
+        f"RETURNING {column['id']}, {column['user']}, {column['requests']}, "
+        f"{column['prompt_tokens']}, {column['completion_tokens']}, {column['credits']}"
+    )
+
+
+def _usage_add_orm(
+    session_id: object, turn: int, prompt_tokens: int, completion_tokens: int, user_id: Any
+) -> TurnUsage:
+    with transaction.atomic():
+        usage = (
+            TurnUsage.objects.select_for_update().filter(session_id=session_id, turn=turn).first()
+        )
+        if usage is None:
+            if user_id is None:
+                user_id = ChatSession.objects.values_list("user_id", flat=True).get(pk=session_id)
+            usage = TurnUsage(session_id=session_id, user_id=user_id, turn=turn)
+        usage.requests += 1
+        usage.prompt_tokens += prompt_tokens
+        usage.completion_tokens += completion_tokens
         usage.save()
     return usage
 

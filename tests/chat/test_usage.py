@@ -4,6 +4,7 @@ turn the balance cannot start is refused before anything is stored."""
 import pytest
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import Client
 
 from chat.models import Message, TurnUsage
@@ -87,6 +88,49 @@ def test_a_turn_pays_for_its_running_total_rounded_up_once(transactional_db, set
         session_id=caller.session.pk, turn=1, prompt_tokens=200, completion_tokens=0
     )
     assert usage.credits == 2 and credit_balance(user=caller.user) == 8
+
+
+@pytest.mark.parametrize("returning", [True, False], ids=["upsert", "sqlite-before-3.35"])
+def test_a_free_request_s_tokens_are_added_to_its_turn_in_one_statement(
+    transactional_db, settings, monkeypatch, returning
+):
+    """Every model step records its usage: on a database that returns what it upserts, the
+    turn's row is inserted or added to by one statement, no transaction; an SQLite without
+    `RETURNING` gets the same totals through the ORM."""
+    settings.GEOSENSE_AGENT = "openai"
+    caller = make_caller("sam", credits=10)
+    monkeypatch.setattr(connection.features, "can_return_columns_from_insert", returning)
+    statements = []
+
+    def counted(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(counted):
+        first = usage_record(
+            session_id=caller.session.pk, turn=1, prompt_tokens=100, completion_tokens=20
+        )
+        second = usage_record(
+            session_id=caller.session.pk,
+            turn=1,
+            prompt_tokens=50,
+            completion_tokens=-1,  # a server's nonsense counts nothing
+            user_id=caller.user.pk,
+        )
+    usage_record(session_id=caller.session.pk, turn=2, prompt_tokens=7, completion_tokens=3)
+
+    assert (first.requests, first.prompt_tokens, first.completion_tokens) == (1, 100, 20)
+    assert (second.pk, second.requests, second.prompt_tokens) == (first.pk, 2, 150)
+    assert (second.user_id, second.credits) == (caller.user.pk, 0)
+    rows = TurnUsage.objects.filter(session=caller.session).order_by("turn")
+    assert [
+        (u.turn, u.user_id, u.requests, u.prompt_tokens, u.completion_tokens) for u in rows
+    ] == [
+        (1, caller.user.pk, 2, 150, 20),
+        (2, caller.user.pk, 1, 7, 3),
+    ]
+    if returning:
+        assert len(statements) == 2, statements
 
 
 @pytest.mark.asyncio
