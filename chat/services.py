@@ -244,23 +244,13 @@ def tool_calls_with_fresh_ids(
     every call of the session: its cost does not grow with the session. `turn`: the running
     turn holding the claim (the session's latest), which spares reading the turn count.
     """
-    bases = {call["id"] or "call" for call in calls}
-    named = models.Q()
-    for base in bases:
-        named |= models.Q(tool_call_id=base) | models.Q(tool_call_id__startswith=f"{base}~")
+    bases = sorted({call["id"] or "call" for call in calls})
     # Every earlier call has its result (engine invariant 1), so the results name them, read
     # by id in the database; only the latest turns may hold calls still without one.
-    used: set[str] = set(
-        Message.objects.filter(named, session_id=session_id, role=Message.Role.TOOL).values_list(
-            "tool_call_id", flat=True
-        )
-    )
-    for tool_calls in Message.objects.filter(
-        session_id=session_id,
-        role=Message.Role.ASSISTANT,
-        turn__gte=_turns_unsettled(session_id) if turn is None else max(0, turn - 1),
-    ).values_list("tool_calls", flat=True):
-        used.update(call["id"] for call in tool_calls or [])
+    used: set[str] = {call_id for (call_id,) in _RESULTS_NAMED.rows(session_id, bases)}
+    since = _turns_unsettled(session_id) if turn is None else max(0, turn - 1)
+    for _, _, tool_calls in _CALLS_SINCE.rows(session_id, since):
+        used.update(call["id"] for call in tool_calls)
     fresh = []
     for call in calls:
         call_id, n = call["id"] or "call", 1
@@ -418,6 +408,31 @@ def _calls_since_tail(connection: Any, session_id: object, since: int) -> list[A
 # Every new message's turn repairs (engine invariant 1): its two reads compiled once per process.
 _RESULTS_SINCE = CompiledRead(build=_results_since_query, tail=_results_since_tail)
 _CALLS_SINCE = CompiledRead(build=_calls_since_query, tail=_calls_since_tail)
+
+
+def _results_named_query(session_id: object, bases: list[str]) -> models.QuerySet:
+    named = models.Q()
+    for base in bases:
+        named |= models.Q(tool_call_id=base) | models.Q(tool_call_id__startswith=f"{base}~")
+    return Message.objects.filter(named, session_id=session_id, role=Message.Role.TOOL).values_list(
+        "tool_call_id"
+    )
+
+
+def _results_named_tail(connection: Any, session_id: object, bases: list[str]) -> list[Any]:
+    tail: list[Any] = []
+    for base in bases:
+        tail += [base, f"{connection.ops.prep_for_like_query(f'{base}~')}%"]
+    return [*tail, Message.Role.TOOL, db_value(Message, "session", session_id, connection)]
+
+
+# Every step with calls gives them fresh ids (`tool_calls_with_fresh_ids`): compiled once per
+# process and number of distinct ids (nearly always one).
+_RESULTS_NAMED = CompiledRead(
+    build=_results_named_query,
+    tail=_results_named_tail,
+    shape=lambda session_id, bases: len(bases),
+)
 
 
 def client_tools_register(*, channel_name: str, session_id, tools: Sequence[ClientTool]) -> None:

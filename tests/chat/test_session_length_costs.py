@@ -12,6 +12,7 @@ from django.db.backends import utils
 
 from chat import services
 from chat.models import ChatSession, Message
+from tests.chat.costs import Costs
 from tests.chat.helpers import stored_history_is_valid
 
 pytestmark = pytest.mark.django_db
@@ -99,6 +100,17 @@ def test_fresh_call_ids_read_the_ids_like_the_new_ones_not_every_earlier_call():
         fresh = services.tool_calls_with_fresh_ids(session_id=session.pk, calls=calls)
     assert read[0] < 20, f"{read[0]} rows read to number one call"
     assert fresh == [{"id": "call-7~2", "name": "measure", "arguments": "{}"}]
+
+
+def test_fresh_call_ids_run_sql_compiled_once_per_process(monkeypatch):
+    """Every step with calls numbers them: after the first, the two reads compile nothing."""
+    session = long_session(3)
+    calls = [{"id": "call-2", "name": "measure", "arguments": "{}"}]
+    services.tool_calls_with_fresh_ids(session_id=session.pk, calls=calls, turn=3)
+    costs = Costs(monkeypatch)
+    fresh = services.tool_calls_with_fresh_ids(session_id=session.pk, calls=calls, turn=3)
+    assert fresh == [{"id": "call-2~2", "name": "measure", "arguments": "{}"}]
+    assert (costs.compiled, len(costs.statements)) == (0, 2), costs.statements
 
 
 def test_a_call_id_reused_in_many_turns_and_in_the_running_turn_is_made_fresh_each_time():
