@@ -69,7 +69,7 @@ def _inbound_bucket(user_id: int) -> TokenBucket:
 
 async def _bounds_problem(value: object, *, size: int) -> str | None:
     try:
-        return await checked_inline(value_bounds_problem, value, size=size)
+        return await checked_inline(value_bounds_problem, value, size=size, text_chars=size)
     except CheckTooCostly:
         return "the answer could not be measured in time"
 

@@ -861,7 +861,10 @@ class TurnRunner:
                 ),
                 client=tool,
             )
-        problem = await tool.arguments_problem(arguments)
+        raw = call.get("arguments")  # its length lets small arguments be checked on the loop
+        problem = await tool.arguments_problem(
+            arguments, size=len(raw) if isinstance(raw, str) else None
+        )
         if problem:
             return await self._store_and_report(
                 call,

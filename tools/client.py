@@ -116,12 +116,14 @@ class ClientTool:
             name=self.name, description=self.description, parameters=self.arguments
         )
 
-    async def arguments_problem(self, arguments: dict) -> str | None:
-        """Why the model's arguments do not match the declaration, or None (checked in the
-        schema worker: the schema is the browser's, the arguments the model's). Arguments the
+    async def arguments_problem(self, arguments: dict, *, size: int | None = None) -> str | None:
+        """Why the model's arguments do not match the declaration, or None (checked within a
+        deadline: the schema is the browser's, the arguments the model's; on the loop when
+        `size`, the length of the arguments' JSON text, is small, else in the schema
+        threads). Arguments the
         summary shows as annotation ids (`{ids:ids}`) must not name deleted annotations: a
         page is never asked to show one (unknown ids are the page's to skip)."""
-        problem = await validation_problem(schema=self.arguments, value=arguments)
+        problem = await validation_problem(schema=self.arguments, value=arguments, size=size)
         if problem:
             return problem
         ids = _annotation_ids(self.summary, arguments)
@@ -417,6 +419,9 @@ _background: set[asyncio.Task] = set()
 
 async def _replies() -> _Replies:
     loop = asyncio.get_running_loop()
+    replies = _replies_by_loop.get(loop)
+    if replies is not None and replies.pump is not None and not replies.pump.done():
+        return replies  # every call but the first: no lock to take
     lock = _replies_lock_by_loop.setdefault(loop, asyncio.Lock())
     async with lock:
         replies = _replies_by_loop.get(loop)
@@ -475,8 +480,12 @@ async def _answer_read(tool: ClientTool, message: ClientToolAnswerMessage) -> Cl
         )
     if tool.result is not None:
         size = message.get("size")
+        # The consumer refused an answer past the caps before passing it on (bounded).
         problem = await validation_problem(
-            schema=tool.result, value=result, size=size if isinstance(size, int) else None
+            schema=tool.result,
+            value=result,
+            size=size if isinstance(size, int) else None,
+            bounded=True,
         )
         if problem:
             return ClientAnswer(
@@ -494,14 +503,17 @@ async def _answered_or_gone(
     waiter: asyncio.Future, reachable: Callable[[], Awaitable[bool]] | None
 ) -> bool:
     """Wait for the answer (True), or until `reachable` says the socket is gone (False)."""
+    if reachable is None:
+        # Awaited directly: the answer wakes the caller in the loop's next round, not the
+        # round after (asyncio.wait would wake a future of its own first).
+        await waiter  # an error of the reply channel is raised here
+        return True
     while True:
-        done, _ = await asyncio.wait(
-            {waiter}, timeout=REACHABLE_CHECK_SECONDS if reachable else None
-        )
+        done, _ = await asyncio.wait({waiter}, timeout=REACHABLE_CHECK_SECONDS)
         if done:
-            waiter.result()  # an error of the reply channel is raised here
+            waiter.result()
             return True
-        if reachable is not None and not await reachable():
+        if not await reachable():
             return False
 
 

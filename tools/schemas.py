@@ -288,33 +288,45 @@ def _schema_refusal(canonical_schema: str, client: bool) -> str | None:
 # --- validating values -----------------------------------------------------------------------
 
 
-def validation_error(*, schema: Mapping[str, Any], value: Any) -> str | None:
+def validation_error(*, schema: Mapping[str, Any], value: Any, bounded: bool = False) -> str | None:
     """A readable sentence naming the first problems of `value`, or None when it is valid.
 
-    Bounded: the caps come first, then the caller's deadline (`checked_off_loop`) or, on a
-    thread without one, `CHECK_BUDGET_SECONDS`; a check that runs out of time refuses.
+    Bounded: the caps come first (unless the caller already refused a value past them,
+    `bounded`), then the caller's deadline (`checked_off_loop`) or, on a thread without one,
+    `CHECK_BUDGET_SECONDS`; a check that runs out of time refuses.
     """
     if getattr(_local, "deadline", None) is None:
-        return _with_deadline(CHECK_BUDGET_SECONDS, validation_error, schema=schema, value=value)
+        return _with_deadline(
+            CHECK_BUDGET_SECONDS, validation_error, schema=schema, value=value, bounded=bounded
+        )
     try:
-        return _problems(schema=schema, value=value)
+        return _problems(schema=schema, value=value, bounded=bounded)
     except CheckTooCostly:
         _local.inline_too_costly = True  # checked_inline tries again in the threads
         budget = _local.deadline - _local.started
         return f"(root): the value could not be checked within {budget:.2g} s and is refused"
 
 
-def value_bounds_problem(value: Any) -> str | None:
-    """Why `value` is too deep or too large to check at all, or None."""
+# Written again as JSON, a value read from N characters of JSON text takes at most 12 N: an
+# astral character (one `str` character) becomes a surrogate pair of escapes, `\ud83d\ude00`.
+JSON_REWRITE_GROWTH_MAX = 12
+
+
+def value_bounds_problem(value: Any, *, text_chars: int | None = None) -> str | None:
+    """Why `value` is too deep or too large to check at all, or None. `text_chars`, the length
+    of the JSON text the value was read from, when known: a text that short cannot have held a
+    value past `VALUE_MAX_BYTES`, so the value is not written out again to be measured."""
     if json_depth_exceeds(value, VALUE_MAX_DEPTH):
         return f"the value nests deeper than {VALUE_MAX_DEPTH} levels"
+    if text_chars is not None and text_chars * JSON_REWRITE_GROWTH_MAX <= VALUE_MAX_BYTES:
+        return None
     if len(json.dumps(value, separators=(",", ":"))) > VALUE_MAX_BYTES:
         return f"the value is larger than {VALUE_MAX_BYTES // 1024} KiB"
     return None
 
 
-def _problems(*, schema: Mapping[str, Any], value: Any) -> str | None:
-    too_big = value_bounds_problem(value)
+def _problems(*, schema: Mapping[str, Any], value: Any, bounded: bool) -> str | None:
+    too_big = None if bounded else value_bounds_problem(value)
     if too_big:
         return f"(root): {too_big}"
     errors = []
@@ -342,12 +354,14 @@ async def validation_problem(
     value: Any,
     budget: float = CHECK_BUDGET_SECONDS,
     size: int | None = None,
+    bounded: bool = False,
 ) -> str | None:
     """`validation_error` off the event loop, within `budget` seconds: the one way callers
     validate a value that the model or a browser sent. `size`, the length of the JSON text
-    the value came in, when known: a small value is checked here first (`checked_inline`)."""
+    the value came in, when known: a small value is checked here first (`checked_inline`).
+    `bounded`: the caller already refused a value past the caps (`value_bounds_problem`)."""
     return await checked_inline(
-        validation_error, size=size, budget=budget, schema=schema, value=value
+        validation_error, size=size, budget=budget, schema=schema, value=value, bounded=bounded
     )
 
 

@@ -23,6 +23,7 @@ from tests.chat.test_consumer_turns import (
     tab,
 )
 from tests.client_tools import LOCATION
+from tools import schemas
 from tools.client import UNREACHABLE, WENT_AWAY
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -106,6 +107,40 @@ async def test_a_served_call_in_one_process_crosses_no_channel_layer_and_no_thre
     await ws.disconnect()
     assert not [t for t in sent if t.startswith("client.tool")]
     assert hops == []
+
+
+async def test_a_served_calls_small_values_are_checked_on_the_loop_and_its_answer_measured_once(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """The model's small arguments and the page's small answer are checked on the event loop
+    (a hop to the schema threads costs more than such a check), and the answer is walked for
+    its bounds once: by the socket, before it is passed on; the engine checks its schema."""
+    answer = {"status": "GRANTED", "bench": "measured once"}
+    offloaded, measured = [], []
+    real_offload, real_depth = schemas.checked_off_loop, schemas.json_depth_exceeds
+
+    async def counted_offload(fn, *args, **kwargs):
+        offloaded.append(fn.__name__)
+        return await real_offload(fn, *args, **kwargs)
+
+    def counted_depth(value, limit):
+        if value == answer:
+            measured.append(limit)
+        return real_depth(value, limit)
+
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    openai_agent.reply_text("You are near the park.")
+    ws = await tab(trusted_caller, [LOCATION])
+    monkeypatch.setattr(schemas, "checked_off_loop", counted_offload)
+    monkeypatch.setattr(schemas, "json_depth_exceeds", counted_depth)
+    turn = start_turn(client, trusted_caller, "where am I?")
+    await invoke_answer(ws, answer)
+    out = await turn
+    await ws.disconnect()
+    assert out.names()[-1] == "turn_end"
+    assert json.loads(last_tool_result(openai_agent, 1)) == answer
+    assert offloaded == []
+    assert measured == [schemas.VALUE_MAX_DEPTH]
 
 
 async def test_the_answers_of_a_new_turn_are_counted_in_memory_and_the_lease_renewed_with_each_result(

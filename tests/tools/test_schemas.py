@@ -2,6 +2,7 @@
 
 import asyncio
 import copy
+import json
 import threading
 import time
 
@@ -10,11 +11,14 @@ import pytest
 from tests.security.attacks import COSTLY_RESULTS
 from tools.schemas import (
     CHECK_BUDGET_SECONDS,
+    JSON_REWRITE_GROWTH_MAX,
+    VALUE_MAX_BYTES,
     SchemaRefused,
     schema_check,
     schema_validator,
     validation_error,
     validation_problem,
+    value_bounds_problem,
 )
 
 
@@ -99,6 +103,19 @@ def test_a_value_too_deep_or_too_large_is_refused_without_being_checked():
     assert "nests deeper than 32 levels" in validation_error(schema={}, value={"v": deep})
     large = {"v": "x" * 70_000}
     assert "larger than 64 KiB" in validation_error(schema={}, value=large)
+
+
+@pytest.mark.parametrize("char", ["x", "é", "\U0001f600", "\\ud83d\\ude00", "\\u0001"])
+def test_a_value_read_from_a_short_text_is_not_written_again_to_be_measured(char):
+    """Whatever a short JSON text holds, written again it stays within the cap: the length of
+    the text it came in says so without writing the value out (the answer's frame is short)."""
+    repeats = (VALUE_MAX_BYTES // JSON_REWRITE_GROWTH_MAX - 16) // len(char)
+    text = json.dumps({"v": "x"}).replace("x", char * repeats)
+    assert len(text) * JSON_REWRITE_GROWTH_MAX <= VALUE_MAX_BYTES
+    value = json.loads(text)
+    assert len(json.dumps(value, separators=(",", ":"))) <= VALUE_MAX_BYTES
+    assert value_bounds_problem(value, text_chars=len(text)) is None
+    assert value_bounds_problem({"v": "x" * 70_000}, text_chars=70_010) is not None
 
 
 @pytest.mark.parametrize("costly", COSTLY_RESULTS, ids=lambda c: c.name)
