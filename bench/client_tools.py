@@ -1,20 +1,27 @@
 """Client-tool round trip against a raw WebSocket echo, on one Daphne server in one run.
 
-    .venv/bin/python bench/client_tools.py [--calls 2000] [--redis redis://127.0.0.1:6379/0]
+    .venv/bin/python bench/client_tools.py [--calls 2000] [--blocks 10] [--redis redis://127.0.0.1:6379/0]
+        [--tree PATH]
 
-Setup, chosen so that both figures cross the same server and the same socket:
-- This process runs Daphne in-process (the real `geosense.asgi.application`, a temporary SQLite
-  file) and, on Daphne's own event loop, the engine's side of a call: `client_tool_request`,
-  exactly as the turn engine calls it.
+Setup, chosen so that every figure crosses the same server in the same conditions:
+- This process runs Daphne in-process (the `geosense.asgi.application` of `--tree`, default
+  this checkout: give a worktree of an older commit to measure "before" with the same script;
+  a temporary SQLite file) and, on Daphne's own event loop, the engine's side of a call:
+  `client_tool_request`, exactly as the turn engine calls it.
 - A second process plays the page: a `websockets` client that binds a session, registers one
   served blocking tool and answers every `client-tool-invoke` at once with its arguments.
-- Raw echo: the page sends a frame the consumer answers by itself (a `client-tool-result` for
-  an unknown correlation id → the `error` frame) and times frame out → answer in.
+- Echo: the page sends a frame the consumer answers by itself (a `client-tool-result` for an
+  unknown correlation id → the `error` frame) and times frame out → answer in.
+- Bare echo: the same frame through the same Daphne to a bare ASGI application that sends
+  every text frame back (a second socket of the page; no Channels, no consumer).
 - Client-tool round trip: from `client_tool_request` sending the invoke to the validated result
-  being back in the engine: layer → consumer → socket → page → socket → consumer → layer.
-The echo phase runs first, then the calls; each after a warm-up. With `--redis` the channel
-layer is `RedisPubSubChannelLayer` on that server (the consumer and the engine still share
-this process, so each call crosses Redis twice).
+  being back in the engine: consumer → socket → page → socket → consumer → engine (through the
+  channel layer when the socket is another process's).
+The calls are split in `--blocks` blocks; before each block of calls the page runs as many
+echoes and bare echoes, so that the three figures share the machine's load of the moment (a
+shared machine's load moves more within a run than the difference measured). One more block
+first warms up and is not counted. With `--redis` the channel layer is
+`RedisPubSubChannelLayer` on that server.
 """
 
 import asyncio  # isort:skip
@@ -31,7 +38,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WARMUP = 100
+BARE_ECHO_PATH = "/bench/bare-echo/"
 
 BENCH_TOOL = {
     "kind": "blocking",
@@ -59,31 +66,44 @@ def summary(samples: list[float]) -> dict:
 # --- the page (a separate process) ------------------------------------------------------------
 
 
-async def page(port: int, token: str, session: str, echoes: int) -> None:
+async def timed_echoes(ws, probe: str, count: int) -> list[float]:
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter()
+        await ws.send(probe)
+        await ws.recv()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+async def page(port: int, token: str, session: str) -> None:
+    """Bind, register, say "ready"; then for each block size read on stdin: that many echoes
+    and bare echoes (their times printed as one JSON line), then answer that many invokes."""
     import websockets
 
-    async with websockets.connect(
-        f"ws://127.0.0.1:{port}/ws/chat/",
-        additional_headers={"Authorization": f"Bearer {token}"},
-        max_size=2**20,
-    ) as ws:
+    async with (
+        websockets.connect(
+            f"ws://127.0.0.1:{port}/ws/chat/",
+            additional_headers={"Authorization": f"Bearer {token}"},
+            max_size=2**20,
+        ) as ws,
+        websockets.connect(f"ws://127.0.0.1:{port}{BARE_ECHO_PATH}") as bare,
+    ):
         await ws.send(json.dumps({"type": "session-bind", "session": session}))
         assert json.loads(await ws.recv())["type"] == "session-bound"
-        probe = json.dumps({"type": "client-tool-result", "correlationId": "echo", "result": {}})
-        samples = []
-        for index in range(WARMUP + echoes):
-            started = time.perf_counter()
-            await ws.send(probe)
-            answer = await ws.recv()
-            if index >= WARMUP:
-                samples.append(time.perf_counter() - started)
-            assert json.loads(answer)["status"] == 404
-        print(json.dumps(summary(samples)), flush=True)
-
         await ws.send(json.dumps({"type": "client-tool-register", "tools": [BENCH_TOOL]}))
-        async for raw in ws:
-            frame = json.loads(raw)
-            if frame["type"] == "client-tool-invoke":
+        assert json.loads(await ws.recv())["type"] == "client-tool-registered"
+        print("ready", flush=True)
+        probe = json.dumps({"type": "client-tool-result", "correlationId": "echo", "result": {}})
+        loop = asyncio.get_running_loop()
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            count = int(line)
+            echoes = await timed_echoes(ws, probe, count)
+            bares = await timed_echoes(bare, probe, count)
+            print(json.dumps({"echo": echoes, "bare": bares}), flush=True)
+            for _ in range(count):
+                frame = json.loads(await ws.recv())
+                assert frame["type"] == "client-tool-invoke", frame
                 await ws.send(
                     json.dumps(
                         {
@@ -95,6 +115,18 @@ async def page(port: int, token: str, session: str, echoes: int) -> None:
                 )
 
 
+async def bare_echo(scope, receive, send) -> None:
+    """A bare ASGI WebSocket application: every text frame straight back."""
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.connect":
+            await send({"type": "websocket.accept"})
+        elif message["type"] == "websocket.receive":
+            await send({"type": "websocket.send", "text": message["text"]})
+        else:
+            return
+
+
 # --- the server and the engine (this process) -------------------------------------------------
 
 
@@ -104,7 +136,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def django_ready(database: Path, redis_url: str | None) -> tuple[str, str]:
+def django_ready(tree: Path, database: Path, redis_url: str | None) -> tuple[str, str]:
     os.environ.update(
         DJANGO_SETTINGS_MODULE="geosense.settings",
         DEBUG="1",
@@ -116,7 +148,7 @@ def django_ready(database: Path, redis_url: str | None) -> tuple[str, str]:
     os.environ.pop("REDIS_URL", None)
     if redis_url:
         os.environ["REDIS_URL"] = redis_url
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(tree))
     import django
 
     django.setup()
@@ -131,52 +163,69 @@ def django_ready(database: Path, redis_url: str | None) -> tuple[str, str]:
     return api_token_create(user=user), str(ChatSession.objects.create(user=user).pk)
 
 
-async def engine(session: str, calls: int) -> list[float]:
-    from asgiref.sync import sync_to_async
-
-    from chat.selectors import client_toolset_of_session
+async def calls_timed(toolset, count: int, first: int) -> list[float]:
+    """`count` calls as the turn engine makes them, each timed."""
     from tools.client import client_tool_request
 
-    deadline = time.monotonic() + 60
-    toolset = None
-    while toolset is None or "bench_echo" not in toolset.tools:
-        if time.monotonic() > deadline:
-            raise TimeoutError("the page never registered its tool")
-        await asyncio.sleep(0.05)
-        toolset = await sync_to_async(client_toolset_of_session)(session_id=session)
     tool = toolset.tools["bench_echo"]
     samples = []
-    for index in range(WARMUP + calls):
+    for index in range(first, first + count):
         started = time.perf_counter()
         answer = await client_tool_request(
             channel_name=toolset.channel_name, tool=tool, arguments={"i": index}, timeout=30
         )
-        elapsed = time.perf_counter() - started
+        samples.append(time.perf_counter() - started)
         assert answer.ok and answer.result == {"i": index}, answer
-        if index >= WARMUP:
-            samples.append(elapsed)
     return samples
+
+
+async def blocks_timed(browser, session: str, calls: int, blocks: int) -> dict[str, list[float]]:
+    """Warm-up block, then `blocks` blocks: the page's echoes and bare echoes, then the calls."""
+    from asgiref.sync import sync_to_async
+
+    from chat.selectors import client_toolset_of_session
+
+    assert (await asyncio.wait_for(browser.stdout.readline(), timeout=120)).strip() == b"ready"
+    toolset = await sync_to_async(client_toolset_of_session)(session_id=session)
+    size = max(1, calls // blocks)
+    timed: dict[str, list[float]] = {"echo": [], "bare": [], "tool": []}
+    for block in range(blocks + 1):
+        browser.stdin.write(f"{size}\n".encode())
+        echoes = json.loads(await asyncio.wait_for(browser.stdout.readline(), timeout=120))
+        tool = await calls_timed(toolset, size, block * size)
+        if block:  # the first block warms up
+            timed["echo"] += echoes["echo"]
+            timed["bare"] += echoes["bare"]
+            timed["tool"] += tool
+    return timed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--blocks", type=int, default=10)
     parser.add_argument("--redis", help="a Redis URL: measure through RedisPubSubChannelLayer")
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout Daphne runs")
     parser.add_argument(
         "--page", nargs=3, metavar=("PORT", "TOKEN", "SESSION"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
     if args.page:
         port, token, session = args.page
-        asyncio.run(page(int(port), token, session, args.calls))
+        asyncio.run(page(int(port), token, session))
         return
 
     with tempfile.TemporaryDirectory() as tmp:
-        token, session = django_ready(Path(tmp) / "bench.sqlite3", args.redis)
+        token, session = django_ready(args.tree.resolve(), Path(tmp) / "bench.sqlite3", args.redis)
         from daphne.server import Server, twisted_loop
         from twisted.internet import reactor
 
         from geosense.asgi import application
+
+        async def served(scope, receive, send) -> None:
+            if scope["type"] == "websocket" and scope["path"] == BARE_ECHO_PATH:
+                return await bare_echo(scope, receive, send)
+            return await application(scope, receive, send)
 
         port = free_port()
         outcome: dict = {}
@@ -185,19 +234,18 @@ def main() -> None:
             browser = await asyncio.create_subprocess_exec(
                 sys.executable,
                 __file__,
-                "--calls",
-                str(args.calls),
                 "--page",
                 str(port),
                 token,
                 session,
+                stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
             )
             try:
-                line = await asyncio.wait_for(browser.stdout.readline(), timeout=120)
-                outcome["echo"] = json.loads(line)
-                outcome["tool"] = summary(await engine(session, args.calls))
+                timed = await blocks_timed(browser, session, args.calls, args.blocks)
+                outcome.update({name: summary(samples) for name, samples in timed.items()})
             finally:
+                browser.stdin.close()
                 browser.terminate()
                 await browser.wait()
                 reactor.stop()
@@ -209,7 +257,7 @@ def main() -> None:
             )
 
         server = Server(
-            application=application,
+            application=served,
             endpoints=[f"tcp:port={port}:interface=127.0.0.1"],
             signal_handlers=False,
             verbosity=0,
@@ -219,15 +267,19 @@ def main() -> None:
 
     if outcome.get("error"):
         raise outcome["error"]
-    echo, tool = outcome["echo"], outcome["tool"]
+    echo, bare, tool = outcome["echo"], outcome["bare"], outcome["tool"]
     layer = "RedisPubSubChannelLayer" if args.redis else "InMemoryChannelLayer"
-    print(f"layer: {layer}; {tool['n']} calls, {echo['n']} echoes (after {WARMUP} warm-up each)")
-    print(f"raw echo           median {echo['median_ms']:.3f} ms   p99 {echo['p99_ms']:.3f} ms")
-    print(f"client-tool round  median {tool['median_ms']:.3f} ms   p99 {tool['p99_ms']:.3f} ms")
     print(
-        f"ratio (tool / echo) median {tool['median_ms'] / echo['median_ms']:.2f}×"
-        f"   p99 {tool['p99_ms'] / echo['p99_ms']:.2f}×"
+        f"tree: {args.tree}; layer: {layer}; {tool['n']} calls, {echo['n']} echoes and bare "
+        f"echoes, in {args.blocks} blocks after one of warm-up"
     )
+    for label, figures in (("echo", echo), ("bare echo", bare), ("client-tool round", tool)):
+        print(f"{label:18} median {figures['median_ms']:.3f} ms   p99 {figures['p99_ms']:.3f} ms")
+    for label, base in (("echo", echo), ("bare echo", bare)):
+        print(
+            f"ratio (tool / {label}) median {tool['median_ms'] / base['median_ms']:.2f}×"
+            f"   p99 {tool['p99_ms'] / base['p99_ms']:.2f}×"
+        )
 
 
 if __name__ == "__main__":
