@@ -312,9 +312,18 @@ def _near_side_sql(a: str, b: str) -> str:
     )
 
 
-# Offsets of the cells a box covers from its lowest one: a box is on the grid when it spans
-# at most three cells each way (`_grid_pairs_sql`).
-_CELLS = "(VALUES (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)) o(dx, dy)"
+# The cells a box covers, as offsets (dx, dy) from its lowest one, by how many cells beyond that
+# one it spans each way (wx, wy): a box is on the grid when it spans at most three each way
+# (`_grid_pairs_sql`). A join on the span gives each box its own cells only (a point one row).
+_CELLS = "(VALUES {}) o(wx, wy, dx, dy)".format(
+    ", ".join(
+        f"({wx}, {wy}, {dx}, {dy})"
+        for wx in range(3)
+        for wy in range(3)
+        for dx in range(wx + 1)
+        for dy in range(wy + 1)
+    )
+)
 # The least cell side in degrees (~22 m of latitude): with a short reach the cells stay larger
 # than a house, so that most targets fit in three a side.
 GRID_CELL_MIN_DEGREES = 0.0002
@@ -383,10 +392,10 @@ def _grid_pairs_sql(reach: float) -> tuple[str, str, dict[str, Any]]:
     pairs = f"""
         SELECT s.id AS source_id, t.id AS target_id, s.geom AS sg, t.geom AS tg, s.scale,
                s.min_lat AS lat0, s.max_lat AS lat1
-        FROM (SELECT s.*, cx0 + dx AS cx, cy0 + dy AS cy FROM s CROSS JOIN {_CELLS}
-              WHERE gridded AND cx0 + dx <= cx1 AND cy0 + dy <= cy1) s
-        JOIN (SELECT t.*, cx0 + dx AS cx, cy0 + dy AS cy FROM t CROSS JOIN {_CELLS}
-              WHERE gridded AND cx0 + dx <= cx1 AND cy0 + dy <= cy1) t
+        FROM (SELECT s.*, cx0 + dx AS cx, cy0 + dy AS cy FROM s JOIN {_CELLS}
+              ON o.wx = s.cx1 - s.cx0 AND o.wy = s.cy1 - s.cy0 WHERE gridded) s
+        JOIN (SELECT t.*, cx0 + dx AS cx, cy0 + dy AS cy FROM t JOIN {_CELLS}
+              ON o.wx = t.cx1 - t.cx0 AND o.wy = t.cy1 - t.cy0 WHERE gridded) t
           ON t.cx = s.cx AND t.cy = s.cy
              AND t.cx = greatest(s.cx0, t.cx0) AND t.cy = greatest(s.cy0, t.cy0)
              AND s.min_lon <= t.x1 AND s.max_lon >= t.x0
