@@ -4,10 +4,12 @@ import asyncio
 import os
 import sys
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "geosense.settings")
-django_asgi_app = get_asgi_application()
+
+from geosense.handler import asgi_application
+
+# Django's handler without a thread per request, its middleware async-native (handler.py).
+django_asgi_app = asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402

@@ -6,7 +6,7 @@ no CSRF token (no cookie is involved, so no cross-site request can forge it).
 
 from urllib.parse import urlsplit
 
-from asgiref.sync import iscoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction
 from channels.auth import AuthMiddleware
 from channels.auth import get_user as channels_get_user
 from channels.security.websocket import WebsocketDenier
@@ -68,7 +68,7 @@ def BearerTokenMiddleware(get_response):
             if raw is not None:
                 if not request.path.startswith(TOKEN_SCOPE_PREFIXES):
                     return _out_of_scope()
-                user = await sync_to_async(api_token_user)(raw=raw)
+                user = await in_db_thread(api_token_user)(raw=raw)
                 if user is None:
                     return _refused()
                 _apply(request, user)

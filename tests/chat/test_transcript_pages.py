@@ -221,8 +221,11 @@ def test_the_cached_html_is_keyed_by_the_markup_version(browser, session, monkey
 
 
 # --- the API's cursor ------------------------------------------------------------------------
+# Transactional: the API reads in the database pool's thread (geosense/dbpool.py), which cannot
+# see a test transaction left open.
 
 
+@pytest.mark.django_db(transaction=True)
 def test_the_api_walks_every_message_exactly_once_by_cursor(browser, session):
     _long_session(session)
     all_ids = list(Message.objects.filter(session=session).values_list("pk", flat=True))
@@ -239,6 +242,7 @@ def test_the_api_walks_every_message_exactly_once_by_cursor(browser, session):
     assert seen == all_ids
 
 
+@pytest.mark.django_db(transaction=True)
 def test_the_api_without_a_cursor_keeps_the_whole_transcript_shape(browser, session):
     _long_session(session, turns=3)
 
@@ -248,6 +252,7 @@ def test_the_api_without_a_cursor_keeps_the_whole_transcript_shape(browser, sess
     assert "next_cursor" not in body
 
 
+@pytest.mark.django_db(transaction=True)
 def test_the_api_refuses_a_malformed_cursor_or_limit(browser, session):
     for query in ["cursor=12", "cursor=before:x", "limit=0", "limit=201", "limit=x"]:
         response = browser.get(f"/api/sessions/{session.pk}?{query}")

@@ -1,0 +1,140 @@
+"""Async-native twins of Django's sync middlewares, for the ASGI handler (geosense/handler.py).
+
+Under ASGI, Django's `MiddlewareMixin` runs every `process_request` and `process_response` in
+the request's thread (`sync_to_async`): two thread hops per middleware and request, although
+these steps only read the request and set headers or cookies. Each twin below runs Django's own
+methods, unchanged, on the event loop; a step that may reach the database (a session to save,
+messages to store in it, the session-held CSRF secret, the CSRF failure view reading the user)
+still runs in the request's thread, as Django runs it. `request.auser()` loads the session and
+its user in one trip to the database pool (`geosense.dbpool`) instead of the async ORM's hops to
+the request's thread, whose connection would then keep a thread for the whole request.
+
+Sync requests (Django's test client, `manage.py` commands) use Django's classes as they are.
+"""
+
+from functools import partial
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib import auth
+from django.contrib.auth import middleware as auth_middleware
+from django.contrib.messages import middleware as messages_middleware
+from django.contrib.sessions import middleware as sessions_middleware
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+from django.middleware import clickjacking, common, csrf, security
+
+from geosense.dbpool import in_db_thread
+
+
+async def _step(method, *args: Any, in_thread: bool) -> Any:
+    if in_thread:
+        return await sync_to_async(method, thread_sensitive=True)(*args)
+    return method(*args)
+
+
+class AsyncNative:
+    """`MiddlewareMixin.__acall__` with each step on the loop unless it says it needs the
+    request's thread (`request_needs_thread`, `response_needs_thread`)."""
+
+    def request_needs_thread(self, request: HttpRequest) -> bool:
+        return False
+
+    def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> bool:
+        return False
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        response = None
+        if hasattr(self, "process_request"):
+            response = await _step(
+                self.process_request, request, in_thread=self.request_needs_thread(request)
+            )
+        response = response or await self.get_response(request)
+        if hasattr(self, "process_response"):
+            response = await _step(
+                self.process_response,
+                request,
+                response,
+                in_thread=self.response_needs_thread(request, response),
+            )
+        return response
+
+
+class SecurityMiddleware(AsyncNative, security.SecurityMiddleware):
+    pass
+
+
+class CommonMiddleware(AsyncNative, common.CommonMiddleware):
+    pass
+
+
+class XFrameOptionsMiddleware(AsyncNative, clickjacking.XFrameOptionsMiddleware):
+    pass
+
+
+class SessionMiddleware(AsyncNative, sessions_middleware.SessionMiddleware):
+    """The session is read lazily (by whoever reads it); the answer saves it when modified."""
+
+    def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> bool:
+        session = getattr(request, "session", None)
+        return session is not None and (session.modified or settings.SESSION_SAVE_EVERY_REQUEST)
+
+
+class MessageMiddleware(AsyncNative, messages_middleware.MessageMiddleware):
+    """Messages are stored only when some were read or added (the session may hold them)."""
+
+    def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> bool:
+        storage = getattr(request, "_messages", None)
+        return storage is not None and (storage.used or storage.added_new)
+
+
+async def _auser(request: HttpRequest):
+    """Django's `request.auser()`: the session's user, its session hash verified
+    (`auth.get_user`), in one trip to the database pool."""
+    if not hasattr(request, "_acached_user"):
+        request._acached_user = await in_db_thread(auth.get_user)(request)
+    return request._acached_user
+
+
+class AuthenticationMiddleware(AsyncNative, auth_middleware.AuthenticationMiddleware):
+    def process_request(self, request: HttpRequest) -> None:
+        super().process_request(request)
+        request.auser = partial(_auser, request)
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class CsrfViewMiddleware(AsyncNative, csrf.CsrfViewMiddleware):
+    """Django's check on the loop (it reads the cookie, headers and body); a rejection's
+    answer, the failure view (`CSRF_FAILURE_VIEW`, which reads the user), in the request's
+    thread. With `CSRF_USE_SESSIONS` the secret is the session's: read and written there too."""
+
+    def __init__(self, get_response) -> None:
+        super().__init__(get_response)
+        if self.async_mode:
+            # The handler takes `process_view` as the view hook: a coroutine is awaited on the
+            # loop, a plain method would be run in the request's thread.
+            self.process_view = self._aprocess_view
+
+    def request_needs_thread(self, request: HttpRequest) -> bool:
+        return settings.CSRF_USE_SESSIONS
+
+    def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> bool:
+        return settings.CSRF_USE_SESSIONS
+
+    async def _aprocess_view(self, request, callback, callback_args, callback_kwargs):
+        try:
+            return super().process_view(request, callback, callback_args, callback_kwargs)
+        except _Rejected as rejected:
+            reject = super()._reject
+            return await sync_to_async(reject, thread_sensitive=True)(request, rejected.reason)
+
+    def _reject(self, request: HttpRequest, reason: str):
+        if self.async_mode:
+            raise _Rejected(reason)
+        return super()._reject(request, reason)

@@ -1,0 +1,308 @@
+"""The ASGI application's request path (geosense/handler.py, geosense/middleware.py): a request
+holds no thread of its own while it streams, makes no thread hop besides its trips to the
+database pool and Django's two around the request (`request_started`, the response's close),
+and behaves as Django's own chain did: sessions, login, CSRF on cookie writes, bearer tokens,
+messages, the security headers, the admin.
+
+Each request goes through `geosense.asgi.application`, as under Daphne (Django's test clients
+build a handler of their own)."""
+
+import asyncio
+import json
+import re
+import threading
+from http.cookies import SimpleCookie
+
+import pytest
+from asgiref.testing import ApplicationCommunicator
+from channels.db import database_sync_to_async
+from django.contrib.auth import get_user_model
+
+import chat.api
+from chat.models import ChatSession
+from geosense.accounts.services import api_token_create
+from geosense.asgi import application
+from geosense.wire import TurnEvent
+from tests.chat.costs import Costs
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+HELD = 12
+
+
+def someone(name: str, *, staff: bool = False) -> tuple[object, str, ChatSession]:
+    user = get_user_model().objects.create_user(
+        name, password=f"pw-{name}-long-enough", is_staff=staff, is_superuser=staff
+    )
+    return user, api_token_create(user=user), ChatSession.objects.create(user=user)
+
+
+def _scope(method: str, path: str, headers: dict[str, str]) -> dict:
+    path, _, query = path.partition("?")
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"host", b"testserver")]
+        + [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 40000),
+        "server": ("testserver", 80),
+    }
+
+
+class Answer:
+    def __init__(self, start: dict, body: bytes) -> None:
+        self.status = start["status"]
+        self.headers = [(k.decode().lower(), v.decode()) for k, v in start["headers"]]
+        self.body = body
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k == name), None)
+
+    def cookies(self) -> dict[str, str]:
+        jar = SimpleCookie()
+        for k, v in self.headers:
+            if k == "set-cookie":
+                jar.load(v)
+        return {name: morsel.value for name, morsel in jar.items()}
+
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+async def call(method: str, path: str, *, headers=None, body: bytes = b"") -> Answer:
+    """One request through the application, answered in full."""
+    app = ApplicationCommunicator(application, _scope(method, path, headers or {}))
+    await app.send_input({"type": "http.request", "body": body})
+    start = await app.receive_output(10)
+    chunks = []
+    while True:
+        message = await app.receive_output(10)
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    await app.wait(5)
+    return Answer(start, b"".join(chunks))
+
+
+class Browser:
+    """A cookie jar over `call`, sending the CSRF token as the page does (`X-CSRFToken`)."""
+
+    def __init__(self) -> None:
+        self.jar: dict[str, str] = {}
+
+    async def request(self, method: str, path: str, *, body=b"", csrf=True, **headers) -> Answer:
+        sent = dict(headers)
+        if self.jar:
+            sent["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.jar.items())
+        if csrf and "csrftoken" in self.jar:
+            sent["X-CSRFToken"] = self.jar["csrftoken"]
+        answer = await call(method, path, headers=sent, body=body)
+        self.jar.update(answer.cookies())
+        self.jar = {k: v for k, v in self.jar.items() if v}
+        return answer
+
+    async def login(self, username: str) -> Answer:
+        await self.request("GET", "/accounts/login/")
+        form = f"username={username}&password=pw-{username}-long-enough&next=/chat/"
+        return await self.request(
+            "POST",
+            "/accounts/login/",
+            body=form.encode(),
+            **{"Content-Type": "application/x-www-form-urlencoded"},
+        )
+
+
+@pytest.fixture
+def held_turns(monkeypatch):
+    """Turns that run until the test lets them go: the stream sends `: ok`, then waits."""
+    release = asyncio.Event()
+
+    def launch(prepared, *, listener):
+        async def held():
+            await release.wait()
+            listener(TurnEvent("turn_end", {}))
+
+        return asyncio.create_task(held())
+
+    monkeypatch.setattr(chat.api, "turn_launch", launch)
+    yield release
+    release.set()
+
+
+async def _stream_start(token: str, session: ChatSession) -> ApplicationCommunicator:
+    app = ApplicationCommunicator(
+        application,
+        _scope(
+            "POST",
+            f"/api/sessions/{session.pk}/message/stream",
+            {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        ),
+    )
+    await app.send_input({"type": "http.request", "body": b'{"text": "hello"}'})
+    start = await app.receive_output(10)
+    assert start["status"] == 200, start
+    assert (await app.receive_output(10))["body"] == b": ok\n\n"
+    return app
+
+
+async def _stream_end(app: ApplicationCommunicator) -> None:
+    while (await app.receive_output(10)).get("more_body"):
+        pass
+    await app.wait(5)
+
+
+async def _threads_settled() -> int:
+    """The process's threads, once lanes given back beyond those kept have ended."""
+    counts = []
+    for _ in range(20):
+        counts.append(threading.active_count())
+        if counts[-3:] == [counts[-1]] * 3:
+            break
+        await asyncio.sleep(0.05)
+    return counts[-1]
+
+
+async def test_streamed_turns_in_flight_hold_no_thread_each(held_turns):
+    """Django's handler started a thread per request that lived as long as the request: with
+    HELD more streams in flight the process had HELD more threads (~300 KiB of RSS each)."""
+    people = [await database_sync_to_async(someone)(f"user{i}") for i in range(2 * HELD)]
+    streams = [await _stream_start(token, session) for _, token, session in people[:HELD]]
+    with_some = await _threads_settled()
+    streams += [await _stream_start(token, session) for _, token, session in people[HELD:]]
+    with_twice = await _threads_settled()
+
+    assert with_twice - with_some <= 2, (with_some, with_twice)
+    held_turns.set()
+    for app in streams:
+        await _stream_end(app)
+
+
+async def test_a_streamed_request_hops_only_to_the_pool_and_around_the_request(
+    held_turns, monkeypatch
+):
+    """Besides its trips to the database pool, a streamed request makes two thread hops,
+    Django's `request_started` and the response's close; each of Django's sync middlewares
+    added two (CSRF three), and each ORM call of the view one."""
+    _, token, session = await database_sync_to_async(someone)("alice")
+    costs = Costs(monkeypatch)
+    app = await _stream_start(token, session)
+    held_turns.set()
+    await _stream_end(app)
+
+    assert costs.hops - costs.trips <= 2, (costs.hops, costs.trips)
+
+
+async def test_a_cookie_session_streams_with_its_csrf_token_and_is_refused_without(held_turns):
+    _, _, session = await database_sync_to_async(someone)("alice")
+    browser = Browser()
+    assert (await browser.login("alice")).status == 302
+    path = f"/api/sessions/{session.pk}/message/stream"
+    json_body = {"Content-Type": "application/json"}
+
+    refused = await browser.request("POST", path, body=b'{"text": "hi"}', csrf=False, **json_body)
+    assert refused.status == 403
+    assert refused.json()["error"].startswith("CSRF check failed")
+
+    created = await browser.request("POST", "/api/sessions", body=b"{}", **json_body)
+    assert created.status == 201
+
+    app = ApplicationCommunicator(
+        application,
+        _scope(
+            "POST",
+            path,
+            {
+                "Cookie": "; ".join(f"{k}={v}" for k, v in browser.jar.items()),
+                "X-CSRFToken": browser.jar["csrftoken"],
+                **json_body,
+            },
+        ),
+    )
+    await app.send_input({"type": "http.request", "body": b'{"text": "hi"}'})
+    assert (await app.receive_output(10))["status"] == 200
+    held_turns.set()
+    await _stream_end(app)
+
+
+async def test_an_anonymous_write_answers_401_and_a_bad_token_401():
+    anonymous = await call(
+        "POST", "/api/sessions", body=b"{}", headers={"Content-Type": "application/json"}
+    )
+    assert (anonymous.status, anonymous.json()) == (401, {"error": "authentication required"})
+    bad = await call("GET", "/api/sessions", headers={"Authorization": "Bearer nope"})
+    assert (bad.status, bad.json()) == (401, {"error": "invalid bearer token"})
+    page = await call("GET", "/chat/", headers={"Authorization": "Bearer nope"})
+    assert page.status == 401
+
+
+async def test_a_token_needs_no_csrf_and_a_logout_ends_the_session():
+    _, token, _ = await database_sync_to_async(someone)("alice")
+    created = await call(
+        "POST",
+        "/api/sessions",
+        body=b'{"title": "t"}',
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    assert created.status == 201
+
+    browser = Browser()
+    await browser.login("alice")
+    assert (await browser.request("GET", "/chat/")).status in (200, 302)
+    assert (await browser.request("POST", "/accounts/logout/")).status == 302
+    after = await browser.request("GET", "/chat/")
+    assert after.status == 302 and after.header("location").startswith("/accounts/login/")
+
+
+async def test_pages_keep_their_headers_and_the_login_its_csrf():
+    login_page = await call("GET", "/accounts/login/")
+    assert login_page.status == 200
+    assert login_page.header("x-frame-options") == "DENY"
+    assert login_page.header("referrer-policy") == "same-origin"
+    assert login_page.header("x-content-type-options") == "nosniff"
+    assert "csrftoken" in login_page.cookies()
+    assert "cookie" in (login_page.header("vary") or "").lower()
+
+    forged = await call(
+        "POST",
+        "/accounts/login/",
+        body=b"username=a&password=b",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert forged.status == 403
+
+
+async def test_the_admin_and_its_messages_work():
+    """A sync view (the admin's) still runs in a thread of its request, session and messages
+    included: a change saved shows its message on the next page."""
+    user, _, _ = await database_sync_to_async(someone)("root", staff=True)
+    browser = Browser()
+    assert (await browser.login("root")).status == 302
+    index = await browser.request("GET", "/admin/")
+    assert index.status == 200
+
+    change = f"/admin/auth/user/{user.pk}/change/"
+    page = await browser.request("GET", change)
+    assert page.status == 200
+    token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.body).group(1)
+    form = (
+        f"csrfmiddlewaretoken={token.decode()}&username=root&first_name=Ro&last_name="
+        f"&email=&is_active=on&is_staff=on&is_superuser=on&date_joined_0=2026-01-01"
+        f"&date_joined_1=00:00:00&initial-date_joined_0=2026-01-01"
+        f"&initial-date_joined_1=00:00:00&_save=Save"
+    )
+    saved = await browser.request(
+        "POST",
+        change,
+        body=form.encode(),
+        **{"Content-Type": "application/x-www-form-urlencoded", "Referer": change},
+    )
+    assert saved.status == 302, saved.body[:2000]
+    listing = await browser.request("GET", saved.header("location"))
+    assert b"was changed successfully" in listing.body
