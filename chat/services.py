@@ -168,9 +168,7 @@ def turn_begin(*, session_id: object, count: int | None = None) -> int:
     """Number the new turn (a resume continues the current one). `count`: the session's
     `turn_count` as just read under the claim (`session_turn_facts`), so numbering is one
     conditional update; anything else (or a count that moved) reads the row locked."""
-    if count is not None and ChatSession.objects.filter(pk=session_id, turn_count=count).update(
-        turn_count=count + 1
-    ):
+    if count is not None and _TURN_NUMBER.run(session_id, count):
         return count + 1
     with transaction.atomic():
         session = ChatSession.objects.select_for_update().get(pk=session_id)
@@ -182,8 +180,32 @@ def turn_begin(*, session_id: object, count: int | None = None) -> int:
 def session_turn_facts(*, session_id: object) -> tuple[int, bool]:
     """(turn_count, whether the session has a title), in one read: a new message's turn
     needs both (the repair's first turn and the numbering; the title from its first message)."""
-    count, title = ChatSession.objects.values_list("turn_count", "title").get(pk=session_id)
+    rows = _TURN_FACTS.rows(session_id)
+    if not rows:
+        raise ChatSession.DoesNotExist("ChatSession matching query does not exist.")
+    count, title = rows[0]
     return count, bool(title)
+
+
+def _turn_number_update(session_id: object, count: int):
+    return ChatSession.objects.filter(pk=session_id, turn_count=count), {"turn_count": count + 1}
+
+
+def _turn_number_tail(connection: Any, session_id: object, count: int) -> list[Any]:
+    return [count + 1, db_value(ChatSession, "id", session_id, connection), count]
+
+
+def _turn_facts_query(session_id: object) -> models.QuerySet:
+    return ChatSession.objects.filter(pk=session_id).values_list("turn_count", "title")[:1]
+
+
+# Every new message's turn reads the session's count and title, then numbers the turn (under
+# the claim, so the count read still holds): both compiled once per process.
+_TURN_FACTS = CompiledRead(
+    build=_turn_facts_query,
+    tail=lambda connection, session_id: [db_value(ChatSession, "id", session_id, connection)],
+)
+_TURN_NUMBER = CompiledUpdate(build=_turn_number_update, tail=_turn_number_tail)
 
 
 def message_store(
