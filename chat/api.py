@@ -264,19 +264,28 @@ async def artifact_detail(request: HttpRequest, session_id, artifact_id: str) ->
 
 async def _follow(prepared: PreparedTurn) -> AsyncIterator[str]:
     """Stream a turn's events. The turn is a task of its own: if this client goes away,
-    Django cancels this iterator and the turn still runs to its end and is stored."""
+    Django cancels this iterator and the turn still runs to its end and is stored.
+
+    The events queued by the time this stream runs go out as one chunk: each chunk is a trip
+    through Django's response, Daphne and the socket, and under load several events of a
+    turn wait together (the same bytes either way)."""
     queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
     task = turn_launch(prepared, listener=queue.put_nowait)
     yield ": ok\n\n"
     while True:
         try:
-            event = await asyncio.wait_for(queue.get(), timeout=KEEPALIVE_SECONDS)
+            async with asyncio.timeout(KEEPALIVE_SECONDS):  # no task per event, as wait_for's
+                event = await queue.get()
         except TimeoutError:
             if task.done() and queue.empty():
                 return
             yield ": keep-alive\n\n"
             continue
-        yield sse_frame(event)
+        frames = [sse_frame(event)]
+        while event.event != "turn_end" and not queue.empty():
+            event = queue.get_nowait()
+            frames.append(sse_frame(event))
+        yield "".join(frames)
         if event.event == "turn_end":
             return
 

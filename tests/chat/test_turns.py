@@ -194,6 +194,41 @@ async def test_a_client_that_disconnects_mid_stream_loses_nothing(
     assert session.turn_state == "idle"
 
 
+async def test_events_queued_together_go_out_in_one_chunk(client, trusted_caller, monkeypatch):
+    """Each chunk of the stream is a write through Django, Daphne and the socket: the events
+    a turn emitted by the time the stream runs are sent together, in order, once `: ok` has
+    gone (the headers and the first bytes do not wait for the turn)."""
+    import chat.api
+    from geosense.wire import TurnEvent
+
+    def launch(prepared, *, listener):
+        async def turn():
+            for name in ("turn_start", "text_delta", "message"):
+                listener(TurnEvent(name, {"n": name}))
+            await asyncio.sleep(0)
+            listener(TurnEvent("turn_end", {}))
+
+        return asyncio.create_task(turn())
+
+    monkeypatch.setattr(chat.api, "turn_launch", launch)
+    response = await client.post(
+        trusted_caller.url("/message/stream"),
+        data=json.dumps({"text": "hi"}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {trusted_caller.token}"},
+    )
+    chunks = [c if isinstance(c, str) else c.decode() async for c in response.streaming_content]
+
+    assert chunks == [
+        ": ok\n\n",
+        'event: turn_start\ndata: {"n": "turn_start"}\n\n'
+        'event: text_delta\ndata: {"n": "text_delta"}\n\n'
+        'event: message\ndata: {"n": "message"}\n\n',
+        "event: turn_end\ndata: {}\n\n",
+    ]
+    await asyncio.to_thread(services.session_release, session_id=trusted_caller.session.pk)
+
+
 async def test_a_second_message_while_a_turn_runs_answers_409(client, trusted_caller):
     await asyncio.to_thread(services.session_claim, session_id=trusted_caller.session.pk)
     out = await post_stream(
