@@ -11,6 +11,7 @@ away are readable text for the model.
 """
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -18,6 +19,7 @@ import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -39,6 +41,7 @@ from tools.schemas import (
     SchemaRefused,
     json_depth_exceeds,
     schema_check,
+    schema_validator,
     validation_problem,
 )
 from tools.wording import ids_text, listing, missing_text, sentence
@@ -111,6 +114,16 @@ class ClientTool:
     def summary_of(self, arguments: dict) -> str:
         return summary_fill(self.summary, arguments)
 
+    # Compiled once per tool: looking a validator up by its schema's text costs a canonical
+    # JSON dump of the schema on every call (a served call checks both).
+    @functools.cached_property
+    def arguments_validator(self) -> Any:
+        return schema_validator(self.arguments)
+
+    @functools.cached_property
+    def result_validator(self) -> Any:
+        return schema_validator(self.result) if self.result is not None else None
+
     def openai_spec(self) -> dict:
         return openai_function_spec(
             name=self.name, description=self.description, parameters=self.arguments
@@ -119,11 +132,12 @@ class ClientTool:
     async def arguments_problem(self, arguments: dict, *, size: int | None = None) -> str | None:
         """Why the model's arguments do not match the declaration, or None (checked within a
         deadline: the schema is the browser's, the arguments the model's; on the loop when
-        `size`, the length of the arguments' JSON text, is small, else in the schema
-        threads). Arguments the
-        summary shows as annotation ids (`{ids:ids}`) must not name deleted annotations: a
-        page is never asked to show one (unknown ids are the page's to skip)."""
-        problem = await validation_problem(schema=self.arguments, value=arguments, size=size)
+        `size`, the length of the arguments' JSON text, is small, else in the schema threads).
+        Arguments the summary shows as annotation ids (`{ids:ids}`) must not name deleted
+        annotations: a page is never asked to show one (unknown ids are the page's to skip)."""
+        problem = await validation_problem(
+            schema=self.arguments, value=arguments, size=size, validator=self.arguments_validator
+        )
         if problem:
             return problem
         ids = _annotation_ids(self.summary, arguments)
@@ -486,6 +500,7 @@ async def _answer_read(tool: ClientTool, message: ClientToolAnswerMessage) -> Cl
             value=result,
             size=size if isinstance(size, int) else None,
             bounded=True,
+            validator=tool.result_validator,
         )
         if problem:
             return ClientAnswer(

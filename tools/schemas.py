@@ -288,19 +288,31 @@ def _schema_refusal(canonical_schema: str, client: bool) -> str | None:
 # --- validating values -----------------------------------------------------------------------
 
 
-def validation_error(*, schema: Mapping[str, Any], value: Any, bounded: bool = False) -> str | None:
+def validation_error(
+    *, schema: Mapping[str, Any], value: Any, bounded: bool = False, validator: Any = None
+) -> str | None:
     """A readable sentence naming the first problems of `value`, or None when it is valid.
 
     Bounded: the caps come first (unless the caller already refused a value past them,
     `bounded`), then the caller's deadline (`checked_off_loop`) or, on a thread without one,
-    `CHECK_BUDGET_SECONDS`; a check that runs out of time refuses.
+    `CHECK_BUDGET_SECONDS`; a check that runs out of time refuses. `validator`: the
+    caller's `schema_validator(schema)`, kept to skip looking it up by the schema's text.
     """
     if getattr(_local, "deadline", None) is None:
         return _with_deadline(
-            CHECK_BUDGET_SECONDS, validation_error, schema=schema, value=value, bounded=bounded
+            CHECK_BUDGET_SECONDS,
+            validation_error,
+            schema=schema,
+            value=value,
+            bounded=bounded,
+            validator=validator,
         )
     try:
-        return _problems(schema=schema, value=value, bounded=bounded)
+        return _problems(
+            validator if validator is not None else schema_validator(schema),
+            value=value,
+            bounded=bounded,
+        )
     except CheckTooCostly:
         _local.inline_too_costly = True  # checked_inline tries again in the threads
         budget = _local.deadline - _local.started
@@ -325,12 +337,12 @@ def value_bounds_problem(value: Any, *, text_chars: int | None = None) -> str | 
     return None
 
 
-def _problems(*, schema: Mapping[str, Any], value: Any, bounded: bool) -> str | None:
+def _problems(validator: Any, *, value: Any, bounded: bool) -> str | None:
     too_big = None if bounded else value_bounds_problem(value)
     if too_big:
         return f"(root): {too_big}"
     errors = []
-    for error in schema_validator(schema).iter_errors(value):
+    for error in validator.iter_errors(value):
         errors.append(error)
         if len(errors) == 3:
             break
@@ -355,13 +367,20 @@ async def validation_problem(
     budget: float = CHECK_BUDGET_SECONDS,
     size: int | None = None,
     bounded: bool = False,
+    validator: Any = None,
 ) -> str | None:
     """`validation_error` off the event loop, within `budget` seconds: the one way callers
     validate a value that the model or a browser sent. `size`, the length of the JSON text
     the value came in, when known: a small value is checked here first (`checked_inline`).
-    `bounded`: the caller already refused a value past the caps (`value_bounds_problem`)."""
+    `bounded` and `validator` as for `validation_error`."""
     return await checked_inline(
-        validation_error, size=size, budget=budget, schema=schema, value=value, bounded=bounded
+        validation_error,
+        size=size,
+        budget=budget,
+        schema=schema,
+        value=value,
+        bounded=bounded,
+        validator=validator,
     )
 
 

@@ -8,6 +8,7 @@ from channels.layers import get_channel_layer
 
 from geosense.wire import CLIENT_TOOL_ANSWER, CLIENT_TOOL_FORGET, CLIENT_TOOL_INVOKE
 from tests.client_tools import PICK
+from tools import schemas
 from tools.client import (
     ClientTool,
     ClientToolRefused,
@@ -173,3 +174,25 @@ async def test_a_layer_that_cannot_deliver_answers_the_model_readably(monkeypatc
     )
     assert not answer.ok
     assert answer.error == "The client could not be reached; its answer is unknown."
+
+
+@pytest.mark.asyncio
+async def test_a_tools_result_schema_is_looked_up_once_for_all_its_answers(monkeypatch):
+    """Looking a validator up by its schema writes the schema out as canonical JSON: a tool
+    keeps its own, so a page answering over and over costs that once."""
+    looked_up = []
+    real = schemas._compiled
+    monkeypatch.setattr(schemas, "_compiled", lambda text: looked_up.append(text) or real(text))
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    serving = asyncio.create_task(FakeSocket(answer_with(result={"ids": [3]})).serve(channel))
+    tool = client_tool_declare(PICK, backend_names=())
+    try:
+        for _ in range(3):
+            answer = await client_tool_request(
+                channel_name=channel, tool=tool, arguments={}, timeout=2
+            )
+            assert answer.ok
+    finally:
+        serving.cancel()
+    assert len(looked_up) == 1
