@@ -39,6 +39,10 @@ process_start()
 # the life of the process, past CONN_MAX_AGE = 0.
 connections.close_all()
 
+from geosense.dbpool import sqlite_wal_keep  # noqa: E402
+
+sqlite_wal_keep()
+
 from geosense.annotations.spatial import spatial_backend  # noqa: E402
 
 # With PostGIS no process builds the index: the database answers (annotations/spatial.py).
