@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, models, transaction
 from django.utils import timezone
 
-from geosense.compiled import CompiledRead, CompiledUpdate, db_value
+from geosense.compiled import CompiledInsert, CompiledRead, CompiledUpdate, db_value
 from tools.client import ClientTool
 
 from . import processes
@@ -208,6 +208,11 @@ _TURN_FACTS = CompiledRead(
 _TURN_NUMBER = CompiledUpdate(build=_turn_number_update, tail=_turn_number_tail)
 
 
+# Every turn stores its user message, one assistant message a step and one result a call: the
+# insert is compiled once per process (geosense/compiled.py).
+_MESSAGE_INSERT = CompiledInsert(Message)
+
+
 def message_store(
     *,
     session_id: object,
@@ -226,7 +231,7 @@ def message_store(
             content=content, tool_calls=tool_calls or [], cut_off=False
         )
         return Message.objects.get(pk=draft_id)
-    message = Message.objects.create(
+    message = _MESSAGE_INSERT.create(
         session_id=session_id, turn=turn, role=role, content=content, tool_calls=tool_calls or []
     )
     if role == Message.Role.USER:
@@ -307,7 +312,7 @@ def tool_result_store(
         session_lease_renew(session_id=session_id)
     try:
         with transaction.atomic():
-            return Message.objects.create(
+            return _MESSAGE_INSERT.create(
                 session_id=session_id,
                 turn=turn,
                 role=Message.Role.TOOL,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.db.models.sql import UpdateQuery
 
 logger = logging.getLogger(__name__)
@@ -155,3 +155,74 @@ class CompiledUpdate(_Compiled):
             plan = _ORM
         with self._lock:
             self._plans.setdefault(key, plan)
+
+
+@dataclass(frozen=True)
+class _InsertPlan:
+    sql: str
+    returning: bool  # the SQL returns the new row's primary key (else the cursor's last id)
+
+
+class CompiledInsert:
+    """`model.objects.create(**values)` with its INSERT compiled once per process (the turn
+    engine stores three or four messages a turn; the ORM built and compiled each insert anew).
+
+    The values are prepared as Django prepares an insert's (each field's `pre_save`, then
+    `get_db_prep_save`). The first insert on each database goes through the ORM, and its SQL
+    is kept only if Django ran one statement with those parameters, returning the primary key
+    alone or nothing: a Django that inserts otherwise leaves the model on the ORM (logged
+    once). No model signal is sent: for models that have no receivers."""
+
+    def __init__(self, model: type[Model]) -> None:
+        self.model = model
+        meta = model._meta
+        self.fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field]
+        self._plans: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+
+    def create(self, **values: Any) -> Model:
+        connection = connections[DEFAULT_DB_ALIAS]
+        key = (connection.alias, connection.vendor)
+        plan = self._plans.get(key)
+        if plan is None:
+            return self._first(key, connection, values)
+        if plan is _ORM:
+            return self.model._default_manager.create(**values)
+        obj = self.model(**values)
+        params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in self.fields]
+        meta = self.model._meta
+        with transaction.mark_for_rollback_on_error(using=connection.alias):
+            with connection.cursor() as cursor:
+                cursor.execute(plan.sql, params)
+                obj.pk = (
+                    cursor.fetchone()[0]
+                    if plan.returning
+                    else connection.ops.last_insert_id(cursor, meta.db_table, meta.pk.column)
+                )
+        obj._state.adding, obj._state.db = False, connection.alias
+        return obj
+
+    def _first(self, key: Hashable, connection: Any, values: dict[str, Any]) -> Model:
+        ran: list[tuple[str, Any]] = []
+
+        def recorded(execute, sql, params, many, context):
+            ran.append((sql, params))
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(recorded):
+            obj = self.model._default_manager.create(**values)
+        expected = [f.get_db_prep_save(getattr(obj, f.attname), connection) for f in self.fields]
+        meta = self.model._meta
+        plan: _InsertPlan | object = _ORM
+        if (
+            len(ran) == 1
+            and list(ran[0][1] or ()) == expected
+            and meta.db_returning_fields == [meta.pk]
+        ):
+            sql = ran[0][0]
+            plan = _InsertPlan(sql=sql, returning=" RETURNING " in sql)
+        else:
+            logger.warning("compiled insert %s stays on the ORM: it differs", key)
+        with self._lock:
+            self._plans.setdefault(key, plan)
+        return obj

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.db.models.sql import compiler as sql_compiler
 
 from chat.models import ChatSession, Message
-from geosense.compiled import CompiledRead, CompiledUpdate, db_value
+from geosense.compiled import CompiledInsert, CompiledRead, CompiledUpdate, db_value
 
 pytestmark = pytest.mark.django_db
 
@@ -111,3 +111,36 @@ def test_a_compiled_update_sets_new_values_on_the_rows_it_filters(sessions, monk
     assert compiles == []
     titles = dict(ChatSession.objects.values_list("pk", "title"))
     assert (titles[first.pk], titles[second.pk]) == ("one", "two")
+
+
+def test_a_compiled_insert_stores_what_the_orm_stores_compiling_once(sessions, monkeypatch):
+    """Its values are prepared as the ORM prepares them (the NUL a field replaces, the
+    creation time, JSON), on the instance too, and its primary key comes back."""
+    first, _ = sessions
+    insert = CompiledInsert(Message)
+    calls = [{"id": "c\x00", "name": "x", "arguments": "{}"}]
+    orm = insert.create(session_id=first.pk, turn=2, role="assistant", content="a", tool_calls=[])
+    inserts: list[int] = []
+    real = sql_compiler.SQLInsertCompiler.as_sql
+
+    def as_sql(self, *args, **kwargs):
+        inserts.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(sql_compiler.SQLInsertCompiler, "as_sql", as_sql)
+    kept = insert.create(
+        session_id=first.pk, turn=2, role="tool", content="b\x00", tool_calls=calls, is_error=True
+    )
+
+    assert inserts == []
+    assert kept.pk > orm.pk and not kept._state.adding
+    assert kept.content == "b\ufffd" and kept.created is not None
+    stored = Message.objects.get(pk=kept.pk)
+    assert (stored.session_id, stored.turn, stored.role, stored.content) == (
+        first.pk,
+        2,
+        "tool",
+        "b\ufffd",
+    )
+    assert stored.tool_calls == [{"id": "c\ufffd", "name": "x", "arguments": "{}"}]
+    assert stored.is_error and stored.created == kept.created
