@@ -38,6 +38,7 @@ from tools.schemas import (
     CheckTooCostly,
     checked_inline,
     checked_off_loop,
+    text_within_bounds,
     value_bounds_problem,
 )
 
@@ -69,7 +70,7 @@ def _inbound_bucket(user_id: int) -> TokenBucket:
 
 async def _bounds_problem(value: object, *, size: int) -> str | None:
     try:
-        return await checked_inline(value_bounds_problem, value, size=size, text_chars=size)
+        return await checked_inline(value_bounds_problem, value, size=size)
     except CheckTooCostly:
         return "the answer could not be measured in time"
 
@@ -225,7 +226,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         handler = self.handlers.get(frame["type"])
         if handler is None:
             return await self.error(400, f"unknown frame type {frame['type'][:64]!r}")
-        self.frame_chars = len(text_data)  # the answer's checks run on the loop when small
+        self.frame_text = text_data  # an answer's checks are skipped or inline when it is small
         try:
             await handler(self, frame)
         except wire.FrameInvalid as exc:
@@ -305,11 +306,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 404, "unknown correlation id", correlation_id=correlation_id[:64]
             )
         answer = wire.client_tool_answer_message(
-            result, error_max_chars=CLIENT_ERROR_MAX_CHARS, size=self.frame_chars
+            result, error_max_chars=CLIENT_ERROR_MAX_CHARS, size=len(self.frame_text)
         )
-        if "result" in answer:
-            # Bounded before it is copied onto the channel layer; the engine checks the schema.
-            problem = await _bounds_problem(answer["result"], size=self.frame_chars)
+        if "result" in answer and not text_within_bounds(self.frame_text):
+            # Bounded (by its frame's text alone when that is short) before it is copied onto
+            # the channel layer; the engine checks only the schema.
+            problem = await _bounds_problem(answer["result"], size=len(self.frame_text))
             if problem:
                 await self.error(413, problem, correlation_id=correlation_id[:64])
                 answer = wire.client_tool_failure_message(

@@ -324,14 +324,21 @@ def validation_error(
 JSON_REWRITE_GROWTH_MAX = 12
 
 
-def value_bounds_problem(value: Any, *, text_chars: int | None = None) -> str | None:
-    """Why `value` is too deep or too large to check at all, or None. `text_chars`, the length
-    of the JSON text the value was read from, when known: a text that short cannot have held a
-    value past `VALUE_MAX_BYTES`, so the value is not written out again to be measured."""
+def text_within_bounds(text: str) -> bool:
+    """Whether every value read from this JSON text is within the caps, by the text alone
+    (then `value_bounds_problem` need not walk it nor write it out again): nesting deeper
+    than `VALUE_MAX_DEPTH` takes more opening brackets than that (brackets inside strings only
+    count against the text), and a short text cannot grow past `VALUE_MAX_BYTES`."""
+    return (
+        len(text) * JSON_REWRITE_GROWTH_MAX <= VALUE_MAX_BYTES
+        and text.count("{") + text.count("[") <= VALUE_MAX_DEPTH
+    )
+
+
+def value_bounds_problem(value: Any) -> str | None:
+    """Why `value` is too deep or too large to check at all, or None."""
     if json_depth_exceeds(value, VALUE_MAX_DEPTH):
         return f"the value nests deeper than {VALUE_MAX_DEPTH} levels"
-    if text_chars is not None and text_chars * JSON_REWRITE_GROWTH_MAX <= VALUE_MAX_BYTES:
-        return None
     if len(json.dumps(value, separators=(",", ":"))) > VALUE_MAX_BYTES:
         return f"the value is larger than {VALUE_MAX_BYTES // 1024} KiB"
     return None

@@ -113,8 +113,9 @@ async def test_a_served_calls_small_values_are_checked_on_the_loop_and_its_answe
     client, trusted_caller, openai_agent, monkeypatch
 ):
     """The model's small arguments and the page's small answer are checked on the event loop
-    (a hop to the schema threads costs more than such a check), and the answer is walked for
-    its bounds once: by the socket, before it is passed on; the engine checks its schema."""
+    (a hop to the schema threads costs more than such a check), and the answer is not walked
+    for its bounds at all: its frame's text is too short to hold a value past them, and the
+    engine checks only its schema."""
     answer = {"status": "GRANTED", "bench": "measured once"}
     offloaded, measured = [], []
     real_offload, real_depth = schemas.checked_off_loop, schemas.json_depth_exceeds
@@ -140,7 +141,7 @@ async def test_a_served_calls_small_values_are_checked_on_the_loop_and_its_answe
     assert out.names()[-1] == "turn_end"
     assert json.loads(last_tool_result(openai_agent, 1)) == answer
     assert offloaded == []
-    assert measured == [schemas.VALUE_MAX_DEPTH]
+    assert measured == []
 
 
 async def test_the_answers_of_a_new_turn_are_counted_in_memory_and_the_lease_renewed_with_each_result(

@@ -647,19 +647,30 @@ async def test_an_error_answer_becomes_a_readable_refusal(alice):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
-async def test_a_result_too_large_to_check_is_refused_before_it_reaches_the_engine(alice):
+@pytest.mark.parametrize(
+    ("pad", "problem"),
+    [
+        ("x" * 70_000, "the value is larger than 64 KiB"),
+        # A short frame, so not measured by its length alone: its brackets give it away.
+        (_nested(40), "the value nests deeper than 32 levels"),
+    ],
+    ids=["large", "deep"],
+)
+async def test_a_result_too_large_to_check_is_refused_before_it_reaches_the_engine(
+    alice, pad, problem
+):
     ws = await registered(alice, [LOCATION])
     call = asyncio.create_task(request(alice.session, "location_get", {}))
     frame = await invoked(ws)
-    result = {"status": "GRANTED", "pad": "x" * 70_000}
+    result = {"status": "GRANTED", "pad": pad}
     await ws.send_json_to(
         {"type": "client-tool-result", "correlationId": frame["correlationId"], "result": result}
     )
     refusal = await ws.receive_json_from()
-    assert (refusal["status"], refusal["error"]) == (413, "the value is larger than 64 KiB")
+    assert (refusal["status"], refusal["error"]) == (413, problem)
     answer = await call
     assert not answer.ok
-    assert answer.error == "The client's answer was refused: the value is larger than 64 KiB."
+    assert answer.error == f"The client's answer was refused: {problem}."
     await ws.disconnect()
 
 

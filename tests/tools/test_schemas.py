@@ -16,6 +16,7 @@ from tools.schemas import (
     SchemaRefused,
     schema_check,
     schema_validator,
+    text_within_bounds,
     validation_error,
     validation_problem,
     value_bounds_problem,
@@ -105,17 +106,33 @@ def test_a_value_too_deep_or_too_large_is_refused_without_being_checked():
     assert "larger than 64 KiB" in validation_error(schema={}, value=large)
 
 
-@pytest.mark.parametrize("char", ["x", "é", "\U0001f600", "\\ud83d\\ude00", "\\u0001"])
-def test_a_value_read_from_a_short_text_is_not_written_again_to_be_measured(char):
-    """Whatever a short JSON text holds, written again it stays within the cap: the length of
-    the text it came in says so without writing the value out (the answer's frame is short)."""
-    repeats = (VALUE_MAX_BYTES // JSON_REWRITE_GROWTH_MAX - 16) // len(char)
-    text = json.dumps({"v": "x"}).replace("x", char * repeats)
-    assert len(text) * JSON_REWRITE_GROWTH_MAX <= VALUE_MAX_BYTES
+TEXT_MAX_CHARS = VALUE_MAX_BYTES // JSON_REWRITE_GROWTH_MAX
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"v": "' + piece * ((TEXT_MAX_CHARS - 10) // len(piece)) + '"}'
+        for piece in ["x", "é", "\U0001f600", "\\ud83d\\ude00", "\\u0001"]
+    ]
+    + ['{"v": [' + ",".join(["1e15"] * ((TEXT_MAX_CHARS - 10) // 5)) + "]}"],
+    ids=["ascii", "accent", "astral", "surrogates", "control", "numbers"],
+)
+def test_a_short_text_with_few_brackets_holds_only_values_within_the_caps(text):
+    """Whatever a short JSON text holds, written again it stays within the size cap, and it
+    cannot nest deeper than its brackets: the text says so without walking the value."""
+    assert text_within_bounds(text)
     value = json.loads(text)
     assert len(json.dumps(value, separators=(",", ":"))) <= VALUE_MAX_BYTES
-    assert value_bounds_problem(value, text_chars=len(text)) is None
-    assert value_bounds_problem({"v": "x" * 70_000}, text_chars=70_010) is not None
+    assert value_bounds_problem(value) is None
+
+
+def test_a_text_is_not_taken_for_bounded_when_long_or_bracketed():
+    deep = "[" * 33 + "]" * 33
+    assert not text_within_bounds(deep)
+    assert value_bounds_problem(json.loads(deep)) == "the value nests deeper than 32 levels"
+    assert not text_within_bounds(json.dumps({"v": "x" * 6000}))
+    assert text_within_bounds("[" * 32 + "]" * 32)
 
 
 @pytest.mark.parametrize("costly", COSTLY_RESULTS, ids=lambda c: c.name)
