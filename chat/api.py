@@ -25,7 +25,7 @@ from geosense.annotations.types import (
 from geosense.dbpool import in_db_thread
 from geosense.throttle import cache_allow
 from geosense.wire import TurnEvent, sse_frame
-from tools.schemas import CheckTooCostly, checked_off_loop, json_depth_exceeds
+from tools.schemas import CheckTooCostly, checked_inline, json_depth_exceeds
 
 from . import selectors, services
 from .approvals import AnswerInvalid, PauseConflict, PauseNotFound
@@ -89,8 +89,9 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 async def _body(request: HttpRequest) -> dict[str, Any]:
-    """The body as a JSON object, or BadRequest: parsed and measured in the schema worker,
-    since its depth is the sender's choice."""
+    """The body as a JSON object, or BadRequest: parsed and measured within a deadline, since
+    its depth is the sender's choice; on the loop when it is short (every message's POST: a
+    hop to the schema worker cost more than the parse), else in the worker."""
     try:
         raw = request.body
     except RequestDataTooBig:
@@ -98,7 +99,7 @@ async def _body(request: HttpRequest) -> dict[str, Any]:
     if not raw:
         return {}
     try:
-        return await checked_off_loop(_body_parse, raw)
+        return await checked_inline(_body_parse, raw, size=len(raw))
     except CheckTooCostly:
         raise BadRequest("the body could not be read in time") from None
 

@@ -229,6 +229,38 @@ async def test_events_queued_together_go_out_in_one_chunk(client, trusted_caller
     await asyncio.to_thread(services.session_release, session_id=trusted_caller.session.pk)
 
 
+async def test_a_short_body_is_read_on_the_loop_and_a_deep_one_still_refused(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """A message's body is parsed within a deadline: on the loop when short (no hop to the
+    schema worker for every message), and a body nesting past the limit is refused alike."""
+    from tools import schemas
+
+    hops = []
+    real = schemas.checked_off_loop
+
+    async def counted(fn, *args, **kwargs):
+        hops.append(getattr(fn, "__name__", fn))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(schemas, "checked_off_loop", counted)
+    openai_agent.reply_text("Hi.")
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+    assert out.names()[-1] == "turn_end" and hops == []
+    deep: object = "x"
+    for _ in range(100):
+        deep = [deep]
+    refused = await post_stream(
+        client,
+        trusted_caller.url("/message/stream"),
+        {"text": "hi", "contexts": deep},
+        token=trusted_caller.token,
+    )
+    assert refused.status == 400 and "nests deeper than 64 levels" in refused.body["error"]
+
+
 async def test_a_second_message_while_a_turn_runs_answers_409(client, trusted_caller):
     await asyncio.to_thread(services.session_claim, session_id=trusted_caller.session.pk)
     out = await post_stream(
