@@ -22,7 +22,7 @@ from geosense.annotations.types import (
     ClassNotFound,
     VectorNotFound,
 )
-from geosense.dbpool import in_db_thread
+from geosense.dbpool import in_request_thread
 from geosense.throttle import cache_allow
 from geosense.wire import TurnEvent, sse_frame
 from tools.schemas import CheckTooCostly, checked_inline, json_depth_exceeds
@@ -140,7 +140,7 @@ async def _owned_session(
     user = await _user(request)
     if user is None:
         return _error("authentication required", 401)
-    session = await in_db_thread(selectors.session_of_user)(session_id=session_id, user=user)
+    session = await in_request_thread(selectors.session_of_user)(session_id=session_id, user=user)
     if session is None:
         return _error("session not found", 404)
     return user, session
@@ -155,7 +155,7 @@ async def sessions(request: HttpRequest) -> JsonResponse:
     if user is None:
         return _error("authentication required", 401)
     if request.method == "GET":
-        rows = await in_db_thread(selectors.session_list)(user=user)
+        rows = await in_request_thread(selectors.session_list)(user=user)
         return JsonResponse({"sessions": [selectors.session_serialize(s) for s in rows]})
     try:
         body = await _body(request)
@@ -167,7 +167,7 @@ async def sessions(request: HttpRequest) -> JsonResponse:
     allow = body.get("allow_backend_tools", False)
     if not isinstance(allow, bool):
         return _error("allow_backend_tools must be true or false", 400)
-    session = await in_db_thread(services.session_create)(
+    session = await in_request_thread(services.session_create)(
         user=user, title=title, allow_backend_tools=allow
     )
     return JsonResponse(selectors.session_serialize(session), status=201)
@@ -232,7 +232,7 @@ async def session_detail(request: HttpRequest, session_id) -> JsonResponse:
             return _error("title must be a string", 400)
         if allow is None and title is None:
             return _error("nothing to change: send allow_backend_tools or title", 400)
-        session = await in_db_thread(services.session_update)(
+        session = await in_request_thread(services.session_update)(
             session=session, allow_backend_tools=allow, title=title
         )
         return JsonResponse(selectors.session_serialize(session))
@@ -241,7 +241,7 @@ async def session_detail(request: HttpRequest, session_id) -> JsonResponse:
     except BadRequest as exc:
         return _error(str(exc), exc.status)
     return JsonResponse(
-        await in_db_thread(_session_with_messages)(session, before=before, limit=limit)
+        await in_request_thread(_session_with_messages)(session, before=before, limit=limit)
     )
 
 
@@ -250,7 +250,7 @@ async def artifact_detail(request: HttpRequest, session_id, artifact_id: str) ->
     owned = await _owned_session(request, session_id)
     if isinstance(owned, JsonResponse):
         return owned
-    artifact = await in_db_thread(selectors.artifact_of_session)(
+    artifact = await in_request_thread(selectors.artifact_of_session)(
         session_id=session_id, artifact_id=artifact_id
     )
     if artifact is None:

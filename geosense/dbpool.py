@@ -16,6 +16,10 @@ it could then stay idle with the connection open. A call that finds the pool idl
 `channels.db.database_sync_to_async` does, so an idle process holds none (`CONN_MAX_AGE = 0`,
 docs/deploy.md). A connection left unusable, in a transaction or outside autocommit by a call
 is closed at once, whatever the queue.
+
+The requests' own ORM work (a bearer token, an async request's user, the API's reads and writes)
+has a pool of its own of the same kind (`in_request_thread`), so it neither queues behind the
+turns nor keeps a connection, hence a thread, in the request (geosense/handler.py).
 """
 
 import sqlite3
@@ -117,8 +121,35 @@ class _PoolSyncToAsync(SyncToAsync):
         try:
             return super().thread_handler(loop, *args, **kwargs)
         finally:
-            pool = db_pool()
+            pool = self._executor
             connections_tidy(busy=pool.single and pool.queued > 0)
+
+
+# Threads of the requests' pool (`in_request_thread`).
+REQUEST_THREADS = 4
+_request_pool: _Pool | None = None
+
+
+def request_pool() -> _Pool:
+    """The pool of the requests' own ORM work, made on first use."""
+    global _request_pool
+    if _request_pool is None:
+        with _pool_lock:
+            if _request_pool is None:
+                _request_pool = _Pool(max_workers=REQUEST_THREADS)
+    return _request_pool
+
+
+def in_request_thread(function: Callable) -> Callable:
+    """`function` as a coroutine function run in the requests' pool, which closes its
+    connection after every call (a pool of several threads, as above).
+
+    For the ORM work of async views and middleware (the user, the session's owner): in the
+    request's own thread its connection would keep that thread until the request's end (a
+    streamed turn's length, geosense/handler.py), and on the engine's pool it would queue
+    behind every turn's work (one thread with SQLite: at 200 users, turns waited there 0.3-1 s
+    for each request's token and session checks)."""
+    return _PoolSyncToAsync(function, thread_sensitive=False, executor=request_pool())
 
 
 def in_db_thread(function: Callable) -> Callable:

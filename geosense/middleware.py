@@ -6,8 +6,9 @@ these steps only read the request and set headers or cookies. Each twin below ru
 methods, unchanged, on the event loop; a step that may reach the database (a session to save,
 messages to store in it, the session-held CSRF secret, the CSRF failure view reading the user)
 still runs in the request's thread, as Django runs it. `request.auser()` loads the session and
-its user in one trip to the database pool (`geosense.dbpool`) instead of the async ORM's hops to
-the request's thread, whose connection would then keep a thread for the whole request.
+its user in one trip to the requests' database pool (`geosense.dbpool.in_request_thread`)
+instead of the async ORM's hops to the request's thread, whose connection would then keep a
+thread for the whole request.
 
 Sync requests (Django's test client, `manage.py` commands) use Django's classes as they are.
 """
@@ -25,7 +26,7 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.middleware import clickjacking, common, csrf, security
 
-from geosense.dbpool import in_db_thread
+from geosense.dbpool import in_request_thread
 
 
 async def _step(method, *args: Any, in_thread: bool) -> Any:
@@ -91,9 +92,9 @@ class MessageMiddleware(AsyncNative, messages_middleware.MessageMiddleware):
 
 async def _auser(request: HttpRequest):
     """Django's `request.auser()`: the session's user, its session hash verified
-    (`auth.get_user`), in one trip to the database pool."""
+    (`auth.get_user`), in one trip to the requests' database pool."""
     if not hasattr(request, "_acached_user"):
-        request._acached_user = await in_db_thread(auth.get_user)(request)
+        request._acached_user = await in_request_thread(auth.get_user)(request)
     return request._acached_user
 
 

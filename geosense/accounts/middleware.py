@@ -18,7 +18,7 @@ from django.http.request import split_domain_port, validate_host
 from django.utils.decorators import sync_and_async_middleware
 from django.utils.http import is_same_domain
 
-from geosense.dbpool import in_db_thread
+from geosense.dbpool import in_db_thread, in_request_thread
 
 from .services import api_token_authenticate, api_token_user
 
@@ -68,7 +68,7 @@ def BearerTokenMiddleware(get_response):
             if raw is not None:
                 if not request.path.startswith(TOKEN_SCOPE_PREFIXES):
                     return _out_of_scope()
-                user = await in_db_thread(api_token_user)(raw=raw)
+                user = await in_request_thread(api_token_user)(raw=raw)
                 if user is None:
                     return _refused()
                 _apply(request, user)

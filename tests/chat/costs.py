@@ -1,7 +1,8 @@
 """Counting what a piece of work costs the process, for the cost tests of turns
 (test_turn_costs.py) and of sockets' connects (test_socket_costs.py): thread hops (any
-`sync_to_async`), trips to the database pool, SQL statements and the ORM's compiles of a
-statement, on any thread, while a `Costs` lives (the patches go with the test's monkeypatch)."""
+`sync_to_async`), trips to the database pools (the engine's and, apart, the requests'), SQL
+statements and the ORM's compiles of a statement, on any thread, while a `Costs` lives (the
+patches go with the test's monkeypatch)."""
 
 import threading
 
@@ -16,6 +17,8 @@ class Costs:
     def __init__(self, monkeypatch) -> None:
         self.hops = 0
         self.trips = 0
+        # Trips to the requests' pool (a request's token and session checks), not the engine's.
+        self.request_trips = 0
         self.compiled = 0
         self.statements: list[str] = []
         self._lock = threading.Lock()
@@ -29,7 +32,10 @@ class Costs:
 
         def counted_submit(pool, fn, /, *args, **kwargs):
             with self._lock:
-                self.trips += 1
+                if pool is dbpool._request_pool:
+                    self.request_trips += 1
+                else:
+                    self.trips += 1
             return submit(pool, fn, *args, **kwargs)
 
         def counted_execute(cursor, sql, params, *ignored):
