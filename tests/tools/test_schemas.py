@@ -225,6 +225,25 @@ async def test_a_small_answer_is_checked_on_the_loop_without_a_thread_hop(offloa
 
 
 @pytest.mark.asyncio
+async def test_a_small_answer_is_checked_on_the_loop_without_reading_the_threads_cpu_clock(
+    offloaded, monkeypatch
+):
+    """The thread's CPU time is a system call (about a microsecond here) and was read before
+    every keyword: more than the whole check of a small answer. Inline, the deadline is read
+    from the wall clock; a check it cuts short is checked again in the threads."""
+    from tools.schemas import validation_problem
+
+    reads, here = [], threading.get_ident()
+    real = time.thread_time
+    monkeypatch.setattr(
+        time, "thread_time", lambda: (threading.get_ident() == here and reads.append(1)) or real()
+    )
+    assert await validation_problem(schema=SMALL_SCHEMA, value={"i": 1}, size=8) is None
+    assert offloaded == []
+    assert reads == []
+
+
+@pytest.mark.asyncio
 async def test_a_small_answer_too_costly_for_the_loop_is_checked_again_in_the_threads(
     offloaded, monkeypatch
 ):
