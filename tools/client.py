@@ -12,8 +12,10 @@ away are readable text for the model.
 
 import asyncio
 import functools
+import itertools
 import json
 import logging
+import os
 import re
 import uuid
 import weakref
@@ -513,6 +515,25 @@ async def _answer_read(tool: ClientTool, message: ClientToolAnswerMessage) -> Cl
 
 REACHABLE_CHECK_SECONDS = 2.0
 
+# A correlation id only has to be unique: a page can answer only the calls its own socket
+# holds, and answers are routed within the process that waits. A random prefix per process
+# (drawn again in a forked child) and a counter, rather than uuid4 per call (a getrandom
+# system call each).
+_correlation_numbers = itertools.count()
+
+
+def _correlation_prefix_draw() -> None:
+    global _correlation_prefix
+    _correlation_prefix = uuid.uuid4().hex[:16]
+
+
+_correlation_prefix_draw()
+os.register_at_fork(after_in_child=_correlation_prefix_draw)
+
+
+def _correlation_id() -> str:
+    return f"{_correlation_prefix}{next(_correlation_numbers):016x}"
+
 
 async def _answered_or_gone(
     waiter: asyncio.Future, reachable: Callable[[], Awaitable[bool]] | None
@@ -556,7 +577,7 @@ async def client_tool_request(
         return ClientAnswer(ok=False, result=None, error=WENT_AWAY)
     layer = get_channel_layer()
     replies = await _replies()
-    correlation_id = uuid.uuid4().hex
+    correlation_id = _correlation_id()
     waiter = asyncio.get_running_loop().create_future()
     replies.waiting[correlation_id] = waiter
     answered = False

@@ -196,3 +196,19 @@ async def test_a_tools_result_schema_is_looked_up_once_for_all_its_answers(monke
     finally:
         serving.cancel()
     assert len(looked_up) == 1
+
+
+def test_correlation_ids_differ_between_calls_and_between_forked_processes():
+    import os
+
+    from tools.client import _correlation_id
+
+    first, second = _correlation_id(), _correlation_id()
+    assert first != second and len(first) == len(second) == 32
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child reports its next id and leaves at once
+        os.write(write, _correlation_id().encode())
+        os._exit(0)
+    os.waitpid(child, 0)
+    assert os.read(read, 64).decode()[:16] != _correlation_id()[:16]
