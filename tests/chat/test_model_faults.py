@@ -103,3 +103,35 @@ async def test_turns_share_one_client_built_off_the_loop_and_send_a_body_seriali
     )
     await openai_agent_module.provider_clients_close()
     assert shared.is_closed()
+
+
+async def test_turns_reuse_the_model_server_connection(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """A streamed answer is read to its end after `[DONE]`, so its connection goes back to the
+    pool: closed mid-body, every request opened a new connection (with TLS, a handshake)."""
+    from tests.fakes import fake_openai
+
+    connections: list[int] = []
+    setup = fake_openai._Handler.setup
+
+    def counted(handler):
+        connections.append(1)
+        return setup(handler)
+
+    monkeypatch.setattr(fake_openai._Handler, "setup", counted)
+    await openai_agent_module.provider_clients_close()  # whatever an earlier test built
+    openai_agent.reply_tool_calls([("c1", "list_classes", {})])
+    for text in ("one", "two", "three"):
+        openai_agent.reply_text(f"Answer {text}.")
+        out = await post_stream(
+            client,
+            trusted_caller.url("/message/stream"),
+            {"text": text},
+            token=trusted_caller.token,
+        )
+        assert out.names()[-1] == "turn_end"
+
+    assert len(openai_agent.requests) == 4
+    assert len(connections) == 1
+    await openai_agent_module.provider_clients_close()
