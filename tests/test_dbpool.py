@@ -105,3 +105,20 @@ async def test_the_wal_keeper_keeps_a_closing_connection_from_checkpointing_the_
     _write_and_close(path)
     assert (tmp_path / "db.sqlite3-wal").exists()  # not the last: nothing to do on close
     keeper.close()
+
+
+async def test_the_requests_pool_keeps_its_sqlite_connection_between_calls(monkeypatch):
+    """Opening and closing a file connection around each of a request's checks was most of
+    the requests' pool's CPU; the engine's pool idle behind a call still closes (above)."""
+    idle_closes: list[int] = []
+    monkeypatch.setattr(dbpool, "close_old_connections", lambda: idle_closes.append(1))
+
+    def query() -> object:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return connection.connection
+
+    assert await dbpool.in_request_thread(query)() is not None
+    assert idle_closes == []
+    await dbpool.in_db_thread(query)()
+    assert idle_closes == [1]
