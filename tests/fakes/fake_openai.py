@@ -189,6 +189,10 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Each event is written as it is made, as model servers stream (uvicorn, Go's net/http and
+    # Node set TCP_NODELAY): with Nagle's algorithm on a kept-alive connection, every small
+    # write after the first waited for the client's delayed ACK (~40 ms).
+    disable_nagle_algorithm = True
     owner: FakeOpenAI
 
     def log_message(self, format: str, *args: Any) -> None:
