@@ -10,7 +10,13 @@ sockets (issue 15: 500 users connecting at once).
   after a day: a second late changes nothing).
 - `daphne_connection_tweaks`: autobahn pretty-prints its 29 configuration attributes for a
   debug log line as each connection is made, whether or not debug logging is on (~0.3 ms of
-  the event loop per socket); the text is now made only if the line is written.
+  the event loop per socket); the text is now made only if the line is written. And Twisted
+  queues every write to a TCP connection for the reactor's next round: it registers the
+  socket for writability (an `epoll_ctl`), waits a loop round, sends, and unregisters it (a
+  second `epoll_ctl`), for every frame and every SSE chunk. A write to a connection with
+  nothing queued is now sent at once, as asyncio's own transports do; whatever the kernel
+  does not take at once (or an error) is queued as before, so the order and Twisted's
+  handling of full buffers, producers and lost connections stay its own.
 """
 
 import pprint
@@ -51,8 +57,38 @@ class _FormattedWhenWritten:
         return format(str(self), spec)
 
 
+def _sent_at_once(write):
+    """`tcp.Connection.write`, sending at once what nothing queued is ahead of."""
+
+    def write_now(self, data: bytes) -> None:
+        if (
+            type(data) is bytes
+            and not self.TLS
+            and self.connected
+            and not self.disconnecting
+            and not self._writeDisconnected
+            and not self._tempDataBuffer
+            and self.offset == len(self.dataBuffer)
+        ):
+            try:
+                sent = self.socket.send(data)
+            except OSError:  # full (EAGAIN) or failing: queued, Twisted meets it as before
+                sent = 0
+            if sent == len(data):
+                return
+            data = data[sent:]
+        write(self, data)
+
+    write_now.sent_at_once = True
+    return write_now
+
+
 def daphne_connection_tweaks() -> None:
-    """Install the deferred formatting in autobahn (which Daphne's sockets run on)."""
+    """Install the deferred formatting in autobahn (which Daphne's sockets run on) and the
+    immediate writes in Twisted's TCP connections (which Daphne serves HTTP and sockets on)."""
     from autobahn.websocket import protocol
+    from twisted.internet import tcp
 
     protocol.pformat = _FormattedWhenWritten
+    if not getattr(tcp.Connection.write, "sent_at_once", False):
+        tcp.Connection.write = _sent_at_once(tcp.Connection.write)
