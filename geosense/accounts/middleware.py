@@ -13,6 +13,7 @@ from channels.security.websocket import WebsocketDenier
 from channels.sessions import CookieMiddleware, SessionMiddleware
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
+from django.db import OperationalError
 from django.http import HttpRequest, JsonResponse
 from django.http.request import split_domain_port, validate_host
 from django.utils.decorators import sync_and_async_middleware
@@ -46,6 +47,16 @@ def _refused() -> JsonResponse:
     return JsonResponse({"error": "invalid bearer token"}, status=401)
 
 
+def _busy() -> JsonResponse:
+    """The token could not be read now (the database locked or unreachable): nothing was done,
+    the request may be sent again, as a turn's claim answers then (chat/api.py)."""
+    answer = JsonResponse(
+        {"error": "the database is busy; please send the request again"}, status=503
+    )
+    answer["Retry-After"] = "1"
+    return answer
+
+
 # Where a bearer token is accepted: the JSON API, the map's vector tiles (reads only) and the
 # socket (below). Never the admin or the pages, where a token would stand in for a login
 # without CSRF.
@@ -68,7 +79,10 @@ def BearerTokenMiddleware(get_response):
             if raw is not None:
                 if not request.path.startswith(TOKEN_SCOPE_PREFIXES):
                     return _out_of_scope()
-                user = await in_request_thread(api_token_user)(raw=raw)
+                try:
+                    user = await in_request_thread(api_token_user)(raw=raw)
+                except OperationalError:
+                    return _busy()
                 if user is None:
                     return _refused()
                 _apply(request, user)
@@ -81,7 +95,10 @@ def BearerTokenMiddleware(get_response):
             if raw is not None:
                 if not request.path.startswith(TOKEN_SCOPE_PREFIXES):
                     return _out_of_scope()
-                user = api_token_user(raw=raw)
+                try:
+                    user = api_token_user(raw=raw)
+                except OperationalError:
+                    return _busy()
                 if user is None:
                     return _refused()
                 _apply(request, user)

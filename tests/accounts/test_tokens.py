@@ -146,3 +146,39 @@ async def test_a_socket_closes_when_its_token_expires():
     await ApiToken.objects.aupdate(expires=timezone.now() + timedelta(seconds=0.5))
     ws = await _socket(token)
     assert await _closed_with_4401(ws)
+
+
+@pytest.mark.django_db
+def test_a_locked_database_at_the_last_used_write_does_not_refuse_the_token(monkeypatch):
+    """`last_used` is bookkeeping: a lock at its write (12 turns at once in the request pool
+    met one in the shared-cache test database) must not turn a valid token into a 500."""
+    from django.db import OperationalError
+    from django.db.models.query import QuerySet
+
+    token = api_token_create(user=_user("alice"))
+
+    def locked(self, **kwargs):
+        raise OperationalError("database table is locked: accounts_apitoken")
+
+    monkeypatch.setattr(QuerySet, "update", locked)
+    assert _get("/api/sessions", token).status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_locked_database_at_the_token_read_answers_503_to_send_again(monkeypatch):
+    from django.db import OperationalError
+
+    from geosense.accounts import middleware
+
+    token = api_token_create(user=_user("alice"))
+
+    def locked(*, raw):
+        raise OperationalError("database table is locked: accounts_apitoken")
+
+    monkeypatch.setattr(middleware, "api_token_user", locked)
+    answer = _get("/api/sessions", token)
+    assert answer.status_code == 503
+    assert answer["Retry-After"] == "1"
+    assert json.loads(answer.content) == {
+        "error": "the database is busy; please send the request again"
+    }
