@@ -86,15 +86,8 @@ async def test_turns_share_one_client_built_off_the_loop_and_send_a_body_seriali
     monkeypatch.setattr(openai_agent_module, "request_json", counted_serialise)
     await openai_agent_module.provider_clients_close()  # whatever an earlier test built
     main = threading.current_thread().name
-    for text in ("one", "two", "three"):
-        openai_agent.reply_text(f"Answer {text}.")
-        out = await post_stream(
-            client,
-            trusted_caller.url("/message/stream"),
-            {"text": text},
-            token=trusted_caller.token,
-        )
-        assert out.text == f"Answer {text}."
+    outs = await _three_turns(client, trusted_caller, openai_agent)
+    assert [out.text for out in outs] == ["Answer one.", "Answer two.", "Answer three."]
 
     assert len(builds) == 1 and builds[0] != main
     assert len(bodies) == 3 and main not in bodies
@@ -122,16 +115,19 @@ async def test_turns_reuse_the_model_server_connection(
     monkeypatch.setattr(fake_openai._Handler, "setup", counted)
     await openai_agent_module.provider_clients_close()  # whatever an earlier test built
     openai_agent.reply_tool_calls([("c1", "list_classes", {})])
-    for text in ("one", "two", "three"):
-        openai_agent.reply_text(f"Answer {text}.")
-        out = await post_stream(
-            client,
-            trusted_caller.url("/message/stream"),
-            {"text": text},
-            token=trusted_caller.token,
-        )
-        assert out.names()[-1] == "turn_end"
+    outs = await _three_turns(client, trusted_caller, openai_agent)
+    assert all(out.names()[-1] == "turn_end" for out in outs)
 
     assert len(openai_agent.requests) == 4
     assert len(connections) == 1
     await openai_agent_module.provider_clients_close()
+
+
+async def _three_turns(client, caller, openai_agent) -> list:
+    """Three messages, one after the other, each answered by the fake with "Answer <text>."."""
+    outs = []
+    for text in ("one", "two", "three"):
+        openai_agent.reply_text(f"Answer {text}.")
+        url = caller.url("/message/stream")
+        outs.append(await post_stream(client, url, {"text": text}, token=caller.token))
+    return outs
