@@ -378,15 +378,22 @@ print(json.dumps({"ids": ids, "expected": expected, "got": got}))
 """
 
 
+def _within_pairs(spatial_db, script: str) -> tuple[dict[int, list], dict[int, list]]:
+    """Run a script that makes sources and targets and asks within-distance of them; delete
+    what it made. (got, expected): {source id: [target id, metres]} as answered and
+    {source id: [case name, target id, geodesic metres]} as the script expects."""
+    out = json.loads(spatial_db.shell(script).strip().splitlines()[-1])
+    spatial_db.sql(f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (out["ids"],))
+    got = {int(s): v for s, v in out["got"].items()}
+    return got, {int(s): v for s, v in out["expected"].items()}
+
+
 def test_within_distance_finds_pairs_off_the_grid(spatial_db):
     """The whole-dataset within-distance hash-joins boxes on a grid of cells; a box too large
     for it, one across ±180° or near a pole goes through the geography index instead; a row
     moved by plain SQL is found where it went. Each case is a
     pair 0-15 m apart, measured as a geodesic between two points."""
-    out = json.loads(spatial_db.shell(OFF_GRID).strip().splitlines()[-1])
-    spatial_db.sql(f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (out["ids"],))
-    got = {int(s): v for s, v in out["got"].items()}
-    expected = {int(s): v for s, v in out["expected"].items()}
+    got, expected = _within_pairs(spatial_db, OFF_GRID)
     assert got.keys() == expected.keys(), {v[0] for k, v in expected.items() if k not in got}
     for source, (name, target, metres) in expected.items():
         assert got[source][0] == target, name
@@ -450,11 +457,9 @@ def test_within_distance_metres_from_the_plane_match_the_spheroid(spatial_db):
     spheroid: points and polygons at latitudes from the equator to 80°, each measured against
     the geodesic between its two nearest points, and pairs 20 µm each side of the reach, which
     the plane alone puts on the wrong side at 72° (20.000014 m for 19.99998)."""
-    out = json.loads(spatial_db.shell(PLANE_METRES).strip().splitlines()[-1])
-    spatial_db.sql(f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (out["ids"],))
-    got = {int(s): v for s, v in out["got"].items()}
-    expected = {int(s): v for s, v in out["expected"].items() if v[2] <= 20}
-    assert got.keys() == expected.keys(), {v[0] for v in out["expected"].values()}
+    got, every = _within_pairs(spatial_db, PLANE_METRES)
+    expected = {source: v for source, v in every.items() if v[2] <= 20}
+    assert got.keys() == expected.keys(), {v[0] for v in every.values()}
     for source, (name, target, metres) in expected.items():
         assert got[source][0] == target, name
         assert got[source][1] == pytest.approx(metres, rel=1e-5), name
