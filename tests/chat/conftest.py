@@ -1,14 +1,16 @@
 """Fixtures for the chat tests: a user with a bearer token, a session, a seeded neighbourhood."""
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+import pytest_asyncio
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.test import AsyncClient
 
+from chat.agents import agents_close
 from chat.models import ChatSession
 from geosense.accounts.services import api_token_create, credit_set
 from geosense.annotations.services import demo_seed
@@ -63,12 +65,15 @@ def client() -> AsyncClient:
     return AsyncClient()
 
 
-@pytest.fixture
-def openai_agent(settings, fake_llm) -> Iterator[object]:
+@pytest_asyncio.fixture
+async def openai_agent(settings, fake_llm) -> AsyncIterator[object]:
+    """The openai agent on the fake model; the model client the test's loop built is closed
+    after it, as Daphne closes its own at shutdown (aiohttp reports a session left open)."""
     settings.GEOSENSE_AGENT = "openai"
     settings.GEOSENSE_LLM_BASE_URL = fake_llm.base_url
     settings.GEOSENSE_LLM_MODEL = "fake-model"
     yield fake_llm
+    await agents_close()
 
 
 @pytest.fixture(autouse=True)

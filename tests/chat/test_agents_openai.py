@@ -2,6 +2,7 @@
 provider settings as the server receives them."""
 
 import json
+import socket
 
 import pytest
 
@@ -205,6 +206,32 @@ async def test_the_request_timeout_setting_ends_a_silent_server_with_a_readable_
         {
             "message": "The assistant could not answer. "
             "The language model server did not answer in time."
+        }
+    ]
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_a_server_that_refuses_the_connection_is_a_broken_stream_not_a_timeout(
+    client, trusted_caller, openai_agent, settings, monkeypatch
+):
+    """aiohttp's transport reports a refused connection as a connect time-out (the SDK's
+    mapping); the user is told the connection broke, as with every other failed connection."""
+    from chat.agents import openai as openai_agent_module
+
+    monkeypatch.setattr(openai_agent_module, "MAX_RETRIES", 0)
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        settings.GEOSENSE_LLM_BASE_URL = f"http://127.0.0.1:{unused.getsockname()[1]}/v1"
+
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+
+    assert out.of("error") == [
+        {
+            "message": "The assistant could not answer. "
+            "The language model stream broke off (APIConnectionError)."
         }
     ]
 
