@@ -8,13 +8,16 @@ docs/protocol.md; declarations are validated by `tools.client`, stored by `chat.
 
 import asyncio
 import contextlib
+import functools
 import json
 import uuid
 import weakref
 from typing import Any
 
 from channels.consumer import get_handler_name
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from chat import outage, selectors, services
@@ -98,17 +101,64 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     """Dispatches each client frame on its `type`; group and layer messages by their name."""
 
     async def __call__(self, scope, receive, send) -> None:
-        """A channel layer that cannot give the socket its channel (Redis is down) refuses it
+        """Channels' `AsyncConsumer.__call__` with a leaner dispatch loop (`_serve`).
+
+        A channel layer that cannot give the socket its channel (Redis is down) refuses it
         with `CLOSE_LIVE_LOST`, a code the page reads, instead of an HTTP 500 on the upgrade."""
+        self.scope = scope
+        self.base_send = send
         try:
-            await super().__call__(scope, receive, send)
+            self.channel_layer = get_channel_layer(self.channel_layer_alias)
+            self.channel_name = await self.channel_layer.new_channel()
         except Exception as exc:
-            if "channel_name" in self.__dict__:  # the layer gave it: not a refusal
-                raise
             outage.layer_failed(exc)
             if (await receive())["type"] == "websocket.connect":
                 await send({"type": "websocket.accept"})
                 await send({"type": "websocket.close", "code": wire.CLOSE_LIVE_LOST})
+            return
+        self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
+        with contextlib.suppress(StopConsumer):
+            await self._serve(receive)
+
+    async def _serve(self, receive) -> None:
+        """Dispatch the page's frames and the channel layer's messages, one handler at a time.
+
+        Channels' `await_many_dispatch` wraps every `receive()` in a task of its own and waits
+        for it with `asyncio.wait`: per frame a task, a wait and two more loop rounds before
+        its handler runs (issue 15, item 8). Here this task awaits the page's frames itself
+        and one long-lived task awaits the layer's messages; a lock keeps their handlers from
+        interleaving, as Channels' loop did. A handler's error, on either side, ends the socket
+        as it did there; so does the disconnect (`StopConsumer`), and the layer's task is
+        cancelled either way."""
+        self.handling = asyncio.Lock()
+        layer_messages = asyncio.ensure_future(self._layer_messages())
+        serving = asyncio.current_task()
+
+        def failed(task: asyncio.Task) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                serving.cancel()
+
+        layer_messages.add_done_callback(failed)
+        try:
+            while True:
+                message = await receive()
+                async with self.handling:
+                    await self.dispatch(message)
+        except asyncio.CancelledError:
+            if layer_messages.done() and not layer_messages.cancelled():
+                raise layer_messages.exception() from None
+            raise
+        finally:
+            layer_messages.remove_done_callback(failed)
+            layer_messages.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await layer_messages
+
+    async def _layer_messages(self) -> None:
+        while True:
+            message = await self.channel_receive()
+            async with self.handling:
+                await self.dispatch(message)
 
     async def dispatch(self, message: dict) -> None:
         """Channels' dispatch without its thread hop: it closes stale database connections in

@@ -831,3 +831,53 @@ async def test_a_deletion_and_a_restore_reach_every_open_socket(alice, bob):
     assert await alices.receive_nothing(timeout=0.2)
     await alices.disconnect()
     await bobs.disconnect()
+
+
+# --- the dispatch loop ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_layer_message_waits_for_the_frame_being_handled(alice, monkeypatch):
+    """The page's frames and the channel layer's messages are handled one at a time, as in
+    Channels' own loop: an event that arrives while a bind awaits the database follows it."""
+    import chat.consumers
+
+    release = asyncio.Event()
+    real = chat.consumers._session_of_user
+
+    async def slow_lookup(**kwargs):
+        await release.wait()
+        return await real(**kwargs)
+
+    ws = await bound(alice)
+    monkeypatch.setattr(chat.consumers, "_session_of_user", slow_lookup)
+    await ws.send_json_to({"type": "session-bind", "session": str(alice.session.pk)})
+    await asyncio.sleep(0.05)
+    await emit(alice.session, wire.text_delta("after the bind"))
+    assert await ws.receive_nothing(timeout=0.1)
+    release.set()
+    assert (await ws.receive_json_from())["type"] == "session-bound"
+    assert (await ws.receive_json_from())["data"] == {"delta": "after the bind"}
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_layer_message_without_a_handler_ends_the_socket_with_its_error(alice):
+    """As in Channels' loop, a handler's error (here on the layer's side) ends the socket."""
+    ws = await bound(alice)
+    await get_channel_layer().group_send(session_group(alice.session.pk), {"type": "no.such"})
+    with pytest.raises(ValueError, match=r"no handler for message type no\.such"):
+        await ws.receive_output()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_closed_socket_leaves_no_task_behind(alice):
+    before = asyncio.all_tasks()
+    ws = await bound(alice)
+    assert len(asyncio.all_tasks() - before) == 2  # the socket and its layer messages
+    await ws.disconnect()
+    await asyncio.sleep(0)
+    assert asyncio.all_tasks() - before == set()

@@ -5,6 +5,8 @@ cookie socket (a page). 500 sockets connecting at once did this work once each o
 single `database_sync_to_async` thread, opening and closing a SQLite connection for every call,
 and their handshakes queued there past Daphne's 5 s time-out."""
 
+import asyncio
+
 import pytest
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
@@ -135,3 +137,39 @@ async def test_a_connection_does_not_pretty_print_autobahns_configuration(monkey
     protocol.makeConnection(StringTransport())
     assert protocol.state == protocol.STATE_CONNECTING
     assert formatted == []
+
+
+async def test_a_frame_is_handled_without_a_task_or_a_wait_of_its_own(monkeypatch):
+    """Channels' dispatch loop wrapped every `receive()` in a new task and waited for it with
+    `asyncio.wait` (two more loop rounds before the handler ran, issue 15 item 8): the socket
+    awaits the page's frames itself, and its channel-layer messages in one task for its life."""
+    from channels.db import database_sync_to_async
+
+    _, token, _ = await database_sync_to_async(someone)("carol")
+    ws = WebsocketCommunicator(
+        application, "/ws/chat/", headers=[(b"authorization", f"Bearer {token}".encode())]
+    )
+    assert (await ws.connect())[0]
+    loop = asyncio.get_running_loop()
+    created, waits = [], []
+    factory = loop.get_task_factory()
+
+    def counted_task(loop, coro, **kwargs):
+        created.append(coro)
+        if factory is not None:
+            return factory(loop, coro, **kwargs)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    real_wait = asyncio.wait
+    monkeypatch.setattr(asyncio, "wait", lambda *a, **kw: waits.append(1) or real_wait(*a, **kw))
+    loop.set_task_factory(counted_task)
+    try:
+        for _ in range(10):  # answered by the socket itself: an unknown correlation id
+            await ws.send_json_to(
+                {"type": "client-tool-result", "correlationId": "nobody", "result": {}}
+            )
+            assert (await ws.receive_json_from())["status"] == 404
+    finally:
+        loop.set_task_factory(factory)
+    await ws.disconnect()
+    assert (created, waits) == ([], [])
