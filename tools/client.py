@@ -433,11 +433,17 @@ _replies_lock_by_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asy
 _background: set[asyncio.Task] = set()
 
 
-async def _replies() -> _Replies:
-    loop = asyncio.get_running_loop()
+def _replies_running(loop: asyncio.AbstractEventLoop) -> _Replies | None:
+    """This loop's reply channel when its pump runs (every call but the first): no lock, no
+    coroutine."""
     replies = _replies_by_loop.get(loop)
     if replies is not None and replies.pump is not None and not replies.pump.done():
-        return replies  # every call but the first: no lock to take
+        return replies
+    return None
+
+
+async def _replies() -> _Replies:
+    loop = asyncio.get_running_loop()
     lock = _replies_lock_by_loop.setdefault(loop, asyncio.Lock())
     async with lock:
         replies = _replies_by_loop.get(loop)
@@ -469,12 +475,12 @@ async def _pump(layer, replies: _Replies) -> None:
         replies.waiting.clear()
 
 
-def _forget_later(layer, channel_name: str, correlation_id: str) -> None:
+def _forget_later(channel_name: str, correlation_id: str) -> None:
     """Tell the socket to drop a call the engine no longer awaits (best effort, not awaited)."""
     message = client_tool_forget_message(correlation_id)
     attached = _attached_here(channel_name)
     task = asyncio.ensure_future(
-        attached.forget(message) if attached else layer.send(channel_name, message)
+        attached.forget(message) if attached else get_channel_layer().send(channel_name, message)
     )
     _background.add(task)
     task.add_done_callback(_background.discard)
@@ -535,10 +541,16 @@ def _correlation_id() -> str:
     return f"{_correlation_prefix}{next(_correlation_numbers):016x}"
 
 
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
 async def _answered_or_gone(
     waiter: asyncio.Future, reachable: Callable[[], Awaitable[bool]] | None
 ) -> bool:
-    """Wait for the answer (True), or until `reachable` says the socket is gone (False)."""
+    """Wait for the answer (True), or until `reachable` says the socket is gone (False); the
+    waiter's time-out (`_expire`) is raised here."""
     if reachable is None:
         # Awaited directly: the answer wakes the caller in the loop's next round, not the
         # round after (asyncio.wait would wake a future of its own first).
@@ -575,10 +587,10 @@ async def client_tool_request(
     attached = _attached_here(channel_name)
     if attached is None and not elsewhere:
         return ClientAnswer(ok=False, result=None, error=WENT_AWAY)
-    layer = get_channel_layer()
-    replies = await _replies()
+    loop = asyncio.get_running_loop()
+    replies = _replies_running(loop) or await _replies()
     correlation_id = _correlation_id()
-    waiter = asyncio.get_running_loop().create_future()
+    waiter = loop.create_future()
     replies.waiting[correlation_id] = waiter
     answered = False
     invoke = client_tool_invoke_message(
@@ -587,21 +599,24 @@ async def client_tool_request(
         name=tool.name,
         arguments=arguments,
     )
+    expiry = None
     try:
         try:
             if attached is not None:
                 await attached.invoke(invoke)
             else:
-                await layer.send(channel_name, invoke)
+                await get_channel_layer().send(channel_name, invoke)
         except Exception:  # a full channel or a layer that is down: the socket never sees it
             logger.warning("could not send a client-tool invoke to %s", channel_name, exc_info=True)
             answered = True  # nothing reached the socket, so there is nothing to forget
             return ClientAnswer(ok=False, result=None, error=UNREACHABLE)
-        async with asyncio.timeout(timeout):
-            if not await _answered_or_gone(waiter, reachable):
-                answered = True  # its process is gone: nobody is left to tell
-                return ClientAnswer(ok=False, result=None, error=UNREACHABLE)
-            message = waiter.result()
+        # A timer on the waiter itself: `asyncio.timeout` costs a context manager, its own
+        # timer and the task's cancellation bookkeeping on every call.
+        expiry = loop.call_later(timeout, _expire, waiter)
+        if not await _answered_or_gone(waiter, reachable):
+            answered = True  # its process is gone: nobody is left to tell
+            return ClientAnswer(ok=False, result=None, error=UNREACHABLE)
+        message = waiter.result()
         answered = True
         return await _answer_read(tool, message)
     except TimeoutError:
@@ -611,6 +626,8 @@ async def client_tool_request(
     except ConnectionError:
         return ClientAnswer(ok=False, result=None, error=UNREACHABLE)
     finally:
+        if expiry is not None:
+            expiry.cancel()
         replies.waiting.pop(correlation_id, None)
         if not answered:
-            _forget_later(layer, channel_name, correlation_id)
+            _forget_later(channel_name, correlation_id)

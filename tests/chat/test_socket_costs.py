@@ -173,3 +173,24 @@ async def test_a_frame_is_handled_without_a_task_or_a_wait_of_its_own(monkeypatc
         loop.set_task_factory(factory)
     await ws.disconnect()
     assert (created, waits) == ([], [])
+
+
+async def test_a_frame_to_the_page_is_handed_to_daphne_in_one_step(monkeypatch):
+    """Channels' `send_json` went through `encode_json` and `send` twice (three coroutines)
+    for every frame to the page; the socket hands its frames to Daphne directly."""
+    from channels.consumer import AsyncConsumer
+    from channels.db import database_sync_to_async
+
+    _, token, session = await database_sync_to_async(someone)("dave")
+    through_channels = []
+    real = AsyncConsumer.send
+    monkeypatch.setattr(
+        AsyncConsumer, "send", lambda self, m: through_channels.append(m["type"]) or real(self, m)
+    )
+    ws = WebsocketCommunicator(
+        application, "/ws/chat/", headers=[(b"authorization", f"Bearer {token}".encode())]
+    )
+    assert (await ws.connect())[0]
+    await bind_and_register(ws, session)
+    await ws.disconnect()
+    assert through_channels == ["websocket.accept"]

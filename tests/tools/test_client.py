@@ -212,3 +212,16 @@ def test_correlation_ids_differ_between_calls_and_between_forked_processes():
         os._exit(0)
     os.waitpid(child, 0)
     assert os.read(read, 64).decode()[:16] != _correlation_id()[:16]
+
+
+@pytest.mark.asyncio
+async def test_a_call_waits_without_a_timeout_context_of_its_own(monkeypatch):
+    """`asyncio.timeout` cost a context manager, a timer and the task's cancellation
+    bookkeeping on every call (issue 15, item 8): the waiter has a timer of its own, cancelled
+    once answered. The time-out itself: `test_a_timed_out_call_tells_the_socket_to_forget_it`."""
+    entered = []
+    real = asyncio.timeout
+    monkeypatch.setattr(asyncio, "timeout", lambda delay: entered.append(delay) or real(delay))
+    answer, _ = await with_fake_socket(answer_with(result={"ids": [3]}))
+    assert answer.ok
+    assert entered == []
