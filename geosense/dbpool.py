@@ -7,12 +7,14 @@ until the busy timeout ran out (issue 15). Every engine call goes through this p
 the number of threads and database connections is `GEOSENSE_DB_THREADS` however many turns run;
 turns queue for a thread rather than for the database's lock.
 
-Connections: in a pool of one thread (SQLite's), the thread keeps its connection from one call
-to the next only while other calls wait for the pool (under load, opening a connection per call
-was a tenth of the process's time: connect, the SQLite pragmas, the schema read again), for at
-most `KEPT_CONNECTION_SECONDS`. A pool of several threads (PostgreSQL's) closes after every
-call: a waiting call may start on another thread, and the thread that kept its connection for
-it could then stay idle with the connection open. A call that finds the pool idle closes, as
+Connections: with SQLite a pool thread keeps its connection to the file from one call to the
+next (under load, opening a connection per call was a tenth of the process's time: connect, the
+SQLite pragmas, the schema read again), for at most `KEPT_CONNECTION_SECONDS`: a file connection
+holds nothing on a server, and the process keeps one open anyway (`sqlite_wal_keep`). With a
+database server, a pool of one thread keeps its connection only while other calls wait for the
+pool, and a pool of several threads (PostgreSQL's) closes after every call: a waiting call may
+start on another thread, and the thread that kept its connection for it could then stay idle
+with the connection open. A call that finds such a pool idle closes, as
 `channels.db.database_sync_to_async` does, so an idle process holds none (`CONN_MAX_AGE = 0`,
 docs/deploy.md). A connection left unusable, in a transaction or outside autocommit by a call
 is closed at once, whatever the queue.
@@ -73,13 +75,19 @@ _pool_lock = threading.Lock()
 _opened = threading.local()
 
 
+def _sqlite() -> bool:
+    return settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
+
+
 def db_pool() -> _Pool:
-    """The process's pool, made on first use with `GEOSENSE_DB_THREADS` threads."""
+    """The process's pool, made on first use with `GEOSENSE_DB_THREADS` threads. With SQLite
+    its thread keeps its connection when the pool goes idle too: at 200 users the pool drained
+    often enough that a connection was opened every third turn (connect, pragmas, schema)."""
     global _pool
     if _pool is None:
         with _pool_lock:
             if _pool is None:
-                _pool = _Pool(max_workers=settings.GEOSENSE_DB_THREADS)
+                _pool = _Pool(max_workers=settings.GEOSENSE_DB_THREADS, keep_idle=_sqlite())
     return _pool
 
 
@@ -141,8 +149,7 @@ def request_pool() -> _Pool:
     if _request_pool is None:
         with _pool_lock:
             if _request_pool is None:
-                sqlite = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
-                _request_pool = _Pool(max_workers=REQUEST_THREADS, keep_idle=sqlite)
+                _request_pool = _Pool(max_workers=REQUEST_THREADS, keep_idle=_sqlite())
     return _request_pool
 
 
