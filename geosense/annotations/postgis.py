@@ -4,6 +4,10 @@ Same questions, same answers as the in-process index (`index.py`, through `selec
 from the `geom` column that migration annotations/0005 keeps in step with the GeoJSON, and its
 GiST indexes on `geom` and `(geom::geography)`. No process holds a copy of the dataset:
 
+- within-distance over the whole dataset up to `NEAREST_REACH_M` reads each source's nearest
+  target from `annotations_nearest`, which the database keeps as annotations are written
+  (migration annotations/0007, `_within_kept`); the join below answers farther distances and
+  questions within a bbox;
 - distances are geodesic metres on the WGS84 spheroid, measured between nearest points
   (`_metres_sql`). within-distance finds its candidate pairs by a hash join on a grid of
   cells over the whole dataset (`_grid_pairs_sql`) or through the geography index within a
@@ -25,7 +29,8 @@ Live means `deleted_at IS NULL`, the filter of `Annotation.objects`.
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,18 +113,28 @@ def _plane_metres_sql() -> str:
 
     Measured at a million ("trees within 20 m of a house", docs/benchmarks.md): `_metres_sql`
     on every nearest pair cost ~2 µs each and made the sort below it carry both geometries."""
-    lat0 = "radians(lat0)"
-    top = "greatest(abs(lat0 - planar), abs(lat1 + planar))"
-    bound = f"(radians(lat1 - lat0 + planar) * (tan(radians({top})) + 0.0101))"
-    plane = f"(planar * {MERIDIAN_ARC_M!r} / (1 - {E2} * sin({lat0})^2) ^ 1.5)"
+    trusted, plane, bound = _plane_sql()
     exact = _metres_sql("s.geom", _near_side_sql("s.geom", "t.geom"), "nearest.scale")
     return (
-        f"CASE WHEN {top} < 89 AND {bound} <= {PLANE_BOUND}"
+        f"CASE WHEN {trusted}"
         f" AND ({plane} * (1 + 2 * {bound}) <= %(distance)s"
         f" OR {plane} * (1 - 2 * {bound}) > %(distance)s) THEN {plane}"
         f" ELSE (SELECT {exact} FROM {TABLE} s JOIN {TABLE} t ON t.id = nearest.target_id"
         " WHERE s.id = nearest.source_id) END"
     )
+
+
+def _plane_sql(
+    planar: str = "planar", lat0: str = "lat0", lat1: str = "lat1"
+) -> tuple[str, str, str]:
+    """SQL for (whether the plane's metres can be trusted, those metres, B) of a source and its
+    nearest at `planar`, the source's box spanning latitudes lat0 to lat1: the geodesic is the
+    plane's metres times e^±B (`_plane_metres_sql` says why), trusted when B <= `PLANE_BOUND`
+    below 89°."""
+    top = f"greatest(abs({lat0} - {planar}), abs({lat1} + {planar}))"
+    bound = f"(radians({lat1} - {lat0} + {planar}) * (tan(radians({top})) + 0.0101))"
+    plane = f"({planar} * {MERIDIAN_ARC_M!r} / (1 - {E2} * sin(radians({lat0}))^2) ^ 1.5)"
+    return f"{top} < 89 AND {bound} <= {PLANE_BOUND}", plane, bound
 
 
 _SHAPES: dict[int, Shape] = {0: "point", 1: "line", 2: "polygon"}
@@ -240,7 +255,9 @@ def annotations_within_distance(
     """Each live `source` with a live `target` within distance_m geodesic metres, with its
     nearest one (the lowest id among equals); sorted by distance, then id (`selectors`).
 
-    Candidate pairs (`_grid_pairs_sql` for the whole dataset, `_probe_pairs_sql` within a bbox)
+    Over the whole dataset within `NEAREST_REACH_M`, the answer is read from the table the
+    database keeps (`_within_kept`). Farther, or within a bbox, it is joined here:
+    candidate pairs (`_grid_pairs_sql` for the whole dataset, `_probe_pairs_sql` within a bbox)
     are a superset of the pairs within the reach; `_planar_distance_sql` drops the far ones
     and ranks each source's others, DISTINCT ON keeps its nearest (sorting ids and numbers
     only: the geometries stay behind), and only that one gets its metres (`_plane_metres_sql`:
@@ -250,6 +267,16 @@ def annotations_within_distance(
     """
     if distance_m < 0:
         return WithinPairs(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
+    if bbox is None and distance_m <= NEAREST_REACH_M:
+        return _within_kept(source=source, target=target, distance_m=distance_m)
+    return within_joined(source=source, target=target, distance_m=distance_m, bbox=bbox)
+
+
+def within_joined(
+    *, source: str, target: str, distance_m: float, bbox: BBox | None = None
+) -> WithinPairs:
+    """`annotations_within_distance` by a join per question, whatever the distance (the tests
+    compare the kept table's answers with it)."""
     reach = distance_m * SPHERE_MARGIN + 0.01
     if bbox is None:
         with_sql, pairs, params = _grid_pairs_sql(reach)
@@ -281,6 +308,198 @@ def annotations_within_distance(
     metres = table[:, 2]
     order = np.argsort(metres, kind="stable")  # rows come by source id: ties stay in id order
     return WithinPairs(source_ids[order], target_ids[order], metres[order])
+
+
+# --- the nearest of each class, kept by the database (migration annotations/0007) -----------
+
+NEAREST_TABLE = "annotations_nearest"
+# The reach of the kept table: questions within this many metres over the whole dataset read it,
+# farther ones join. Its rows, its build and each write's trigger grow with it (measured at a
+# million, docs/benchmarks.md "Issue 18: the nearest of each class kept by the database"):
+# 20 m, the issue's question, 4.3 M rows built in ~2 min; 50 m, 6.5 M rows in 5 min.
+NEAREST_REACH_M = 20.0
+# The advisory lock every write to the table takes first (`pg_advisory_xact_lock`): see 0007.
+NEAREST_LOCK = 180_007
+# The setting with which a bulk writer turns the trigger off until its `nearest_rebuild`.
+NEAREST_DEFERRED = "geosense.nearest_deferred"
+# A write of at least this many rows, and at least a tenth of the table, rebuilds the table
+# once instead of keeping it row by row (`nearest_kept_in_bulk`): the trigger costs a few ms a
+# row, a rebuild about as much per 40 rows of the table.
+NEAREST_BULK_ROWS = 1_000
+# The secondary indexes of the table, made again after a rebuild fills it (built from sorted
+# rows, not kept row by row during the insert). The question's: an index-only range scan on
+# metres for two classes, in the answer's order.
+NEAREST_INDEXES = {
+    "annotations_nearest_question": "(source_category, target_category, metres, source_id)"
+    " INCLUDE (target_id, slack)",
+    "annotations_nearest_target": "(target_id)",
+}
+
+
+def nearest_reach() -> float:
+    """The kept table's reach as `annotations_within_distance` widens a distance: its rows are
+    each source's nearest of a class among those within this many metres (a superset)."""
+    return NEAREST_REACH_M * SPHERE_MARGIN + 0.01
+
+
+def nearest_measures_sql(exact: str) -> tuple[str, str]:
+    """SQL for (metres, slack) of a kept row, from columns planar, lat0 and lat1 (as in the
+    join): the plane's metres and 2B where `_plane_sql` trusts them (the geodesic is within a
+    factor 1 ± slack of them), else `exact` (SQL for the spheroid's, `nearest_exact_sql`) and 0.
+    """
+    trusted, plane, bound = _plane_sql()
+    return (
+        f"CASE WHEN {trusted} THEN {plane} ELSE {exact} END",
+        f"CASE WHEN {trusted} THEN 2 * {bound} ELSE 0 END",
+    )
+
+
+def nearest_exact_sql(sg: str, tg: str, scale: str) -> str:
+    """SQL for the spheroid's metres between a source's geometry sg and tg (either side of
+    ±180°) in the source's plane `scale` (`_metres_sql`)."""
+    return _metres_sql(sg, _near_side_sql(sg, tg), scale)
+
+
+def _exact_by_id_sql(row: str) -> str:
+    """SQL for `nearest_exact_sql` of a row's source_id and target_id, read again by id."""
+    exact = nearest_exact_sql("s.geom", "t.geom", _conformal_scale_sql("s.min_lat"))
+    return (
+        f"(SELECT {exact} FROM {TABLE} s JOIN {TABLE} t ON t.id = {row}.target_id"
+        f" WHERE s.id = {row}.source_id)"
+    )
+
+
+def nearest_planar_sql(a: str, b: str, scale: str) -> str:
+    """SQL for the distance that ranks b among a's candidates, as the join ranks them."""
+    return _planar_distance_sql(a, _near_side_sql(a, b), scale)
+
+
+# (source id, target id, metres) as `int8send`, `int8send` and `float8send` write them.
+_PAIR_BYTES = np.dtype([("source", ">i8"), ("target", ">i8"), ("metres", ">f8")])
+
+
+def _pairs_in_bytes(sql: str, params: dict[str, Any]) -> np.ndarray:
+    """The rows of a SELECT of (source_id, target_id, metres), none NULL, in no order, as
+    `_PAIR_BYTES` records: aggregated by PostgreSQL into one bytea that numpy reads without a
+    Python object per value (472,248 rows through the cursor cost ~0.5 s of the app's CPU to
+    read and convert, ~0.05 s this way, for ~0.15 s more of PostgreSQL's)."""
+    data = _rows(
+        "SELECT string_agg(int8send(source_id) || int8send(target_id) || float8send(metres),"
+        f" ''::bytea) FROM ({sql}) pairs",
+        params,
+    )[0][0]
+    return np.frombuffer(data or b"", dtype=_PAIR_BYTES)
+
+
+def _within_kept(*, source: str, target: str, distance_m: float) -> WithinPairs:
+    """`annotations_within_distance` over the whole dataset from the kept table: one index-only
+    range scan on (source_category, target_category, metres), sorted here. Its rows hold the nearest by the
+    join's ranking and the join's metres (`_plane_metres_sql`): a row whose plane's metres
+    cannot put it on its side of distance_m (within its slack) is measured on the spheroid,
+    as there."""
+    rows = _pairs_in_bytes(
+        f"""
+        SELECT source_id, target_id, metres FROM (
+          SELECT source_id, target_id,
+                 CASE WHEN metres * (1 + slack) <= %(distance)s THEN metres
+                      ELSE {_exact_by_id_sql("kept")} END AS metres
+          FROM {NEAREST_TABLE} kept
+          WHERE source_category = %(source)s AND target_category = %(target)s
+            AND metres <= %(distance)s / (1 - 2 * {PLANE_BOUND})
+            AND metres * (1 - slack) <= %(distance)s
+        ) measured
+        WHERE metres <= %(distance)s
+        """,
+        {"source": source, "target": target, "distance": distance_m},
+    )
+    source_ids, target_ids = rows["source"].astype(np.int64), rows["target"].astype(np.int64)
+    metres = rows["metres"].astype(float)
+    order = np.lexsort((source_ids, metres))
+    return WithinPairs(source_ids[order], target_ids[order], metres[order])
+
+
+def nearest_rebuild() -> int:
+    """Fill the kept table from scratch in the current transaction (a bulk writer's, or the
+    migration's): for every live annotation, its nearest live one of each class within the
+    reach, found set-based by the grid join over every class (`_grid_pairs_sql`) and ranked as
+    the join ranks them. Returns its rows.
+
+    It takes the table's lock first, so writers in other transactions wait and then find the
+    table whole; `TRUNCATE` holds readers of the table off until this transaction ends (a
+    question then waits, rather than read a half-built table). The secondary indexes are made
+    after the rows are in; sorts and hashes get 256 MB (a million annotations give 11 M
+    candidate pairs)."""
+    reach = nearest_reach()
+    with_sql, pairs, params = _grid_pairs_sql(reach, every_class=True)
+    metres, slack = nearest_measures_sql(_exact_by_id_sql("nearest"))
+    settings = {
+        "jit": "off",
+        "enable_mergejoin": "off",
+        "enable_nestloop": "off",
+        "enable_bitmapscan": "off",
+        "work_mem": "256MB",
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [NEAREST_LOCK])
+        cursor.execute(f"TRUNCATE {NEAREST_TABLE}")
+        for name in NEAREST_INDEXES:
+            cursor.execute(f"DROP INDEX IF EXISTS {name}")
+        for name, value in settings.items():
+            cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
+        cursor.execute(
+            f"""
+            INSERT INTO {NEAREST_TABLE}
+              (source_id, target_category, source_category, target_id, planar, metres, slack)
+            {with_sql}
+            SELECT source_id, target_category, source_category, target_id, planar, {metres},
+                   {slack}
+            FROM (
+              SELECT DISTINCT ON (source_id, target_category) * FROM (
+                SELECT source_id, target_id, source_category, target_category, lat0, lat1,
+                       {_planar_distance_sql("sg", "tg", "scale")} AS planar
+                FROM ({pairs}) pairs OFFSET 0
+              ) candidates
+              WHERE planar <= %(reach)s / {MERIDIAN_DEGREE_M}
+              ORDER BY source_id, target_category, planar, target_id
+            ) nearest
+            """,
+            {"reach": reach, **params},
+        )
+        rows = cursor.rowcount
+        for name, columns in NEAREST_INDEXES.items():
+            cursor.execute(f"CREATE INDEX {name} ON {NEAREST_TABLE} {columns}")
+        for name in settings:
+            cursor.execute(f"RESET {name}")
+        cursor.execute(f"ANALYZE {NEAREST_TABLE}")
+    return rows
+
+
+def _deferred(cursor) -> bool:
+    cursor.execute("SELECT current_setting(%s, true) = 'on'", [NEAREST_DEFERRED])
+    return bool(cursor.fetchone()[0])
+
+
+@contextmanager
+def nearest_kept_in_bulk(*, rows: int) -> Iterator[None]:
+    """Around a bulk write of `rows` annotations in the current transaction on PostgreSQL:
+    when it is large (`NEAREST_BULK_ROWS`, and a tenth of the table), the trigger leaves the
+    kept table alone during it and `nearest_rebuild` fills it once at the end (a million rows
+    one by one would probe the GiST index millions of times). Elsewhere, and for small writes,
+    it does nothing: the trigger keeps the table row by row. Nested, the outermost rebuilds."""
+    if connection.vendor != "postgresql" or rows < NEAREST_BULK_ROWS:
+        yield
+        return
+    assert connection.in_atomic_block, "a bulk write holds its transaction"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {TABLE}")
+        deferred = rows * 10 >= cursor.fetchone()[0] and not _deferred(cursor)
+        if deferred:
+            cursor.execute("SELECT set_config(%s, 'on', true)", [NEAREST_DEFERRED])
+    yield
+    if deferred:
+        nearest_rebuild()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config(%s, 'off', true)", [NEAREST_DEFERRED])
 
 
 def _probe_pairs_sql(bbox: BBox) -> tuple[str, str, dict[str, Any]]:
@@ -336,19 +555,22 @@ EQUATOR_DEGREE_M = 111_319.49
 GRID_LATITUDE_MAX = 89.0
 
 
-def _boxes_sql(category: str) -> str:
-    """SQL for the live annotations of a class with their geometry's bounding box: the bbox
-    columns, which the geom trigger keeps equal to `geom`'s box whoever writes (migration
-    annotations/0006; computing `Box2D(geom)` and its edges here cost ~1 µs a row)."""
+def _boxes_sql(of_class: str) -> str:
+    """SQL for the live annotations meeting `of_class` (a condition on `category`) with their
+    geometry's bounding box: the bbox columns, which the geom trigger keeps equal to `geom`'s
+    box whoever writes (migration annotations/0006; computing `Box2D(geom)` and its edges here
+    cost ~1 µs a row)."""
     return (
-        f"SELECT id, geom, min_lon, min_lat, max_lon, max_lat FROM {TABLE}"
-        f" WHERE category = {category} AND deleted_at IS NULL AND geom IS NOT NULL"
+        f"SELECT id, category, geom, min_lon, min_lat, max_lon, max_lat FROM {TABLE}"
+        f" WHERE {of_class} AND deleted_at IS NULL AND geom IS NOT NULL"
     )
 
 
-def _grid_pairs_sql(reach: float) -> tuple[str, str, dict[str, Any]]:
+def _grid_pairs_sql(reach: float, *, every_class: bool = False) -> tuple[str, str, dict[str, Any]]:
     """(WITH clause, SELECT of candidate pairs, parameters) over every live source: a hash join
-    on a grid of cells in degrees, with no index probe per annotation.
+    on a grid of cells in degrees, with no index probe per annotation. The pairs also carry
+    source_category and target_category; with `every_class` they are the pairs of any two
+    classes (`nearest_rebuild`), else of class `%(source)s` to class `%(target)s`.
 
     Each target's box is grown by the reach (latitude by the reach over the least metres in a
     degree of latitude, longitude by it over `EQUATOR_DEGREE_M`·cos of the grown box's highest
@@ -364,33 +586,39 @@ def _grid_pairs_sql(reach: float) -> tuple[str, str, dict[str, Any]]:
     house. Both sides are read once (MATERIALIZED, each used by the grid and by the probes);
     a join between them and the table is what lets those probes use its index."""
     dlat = reach / MERIDIAN_DEGREE_M
+
+    def of_class(alias: str, side: str) -> str:
+        return "TRUE" if every_class else f"{alias}category = %({side})s"
+
     cells = "floor({0} / %(cell)s) AS cx0, floor({1} / %(cell)s) AS cy0, " + (
         "floor({2} / %(cell)s) AS cx1, floor({3} / %(cell)s) AS cy1"
     )
     with_sql = f"""
         WITH s AS MATERIALIZED (
           SELECT *, cx1 - cx0 <= 2 AND cy1 - cy0 <= 2 AS gridded FROM (
-            SELECT id, geom, min_lon, min_lat, max_lon, max_lat,
+            SELECT id, category, geom, min_lon, min_lat, max_lon, max_lat,
                    {_conformal_scale_sql("min_lat")} AS scale,
                    {cells.format("min_lon", "min_lat", "max_lon", "max_lat")}
-            FROM ({_boxes_sql("%(source)s")}) s) s
+            FROM ({_boxes_sql(of_class("", "source"))}) s) s
         ), t AS MATERIALIZED (
           SELECT *, cx1 - cx0 <= 2 AND cy1 - cy0 <= 2 AND x0 >= -180 AND x1 <= 180
                     AND top < {GRID_LATITUDE_MAX} AS gridded FROM (
-            SELECT id, geom, x0, y0, x1, y1, top, {cells.format("x0", "y0", "x1", "y1")} FROM (
-              SELECT id, geom, top, min_lat - %(dlat)s AS y0, max_lat + %(dlat)s AS y1,
+            SELECT id, category, geom, x0, y0, x1, y1, top,
+                   {cells.format("x0", "y0", "x1", "y1")} FROM (
+              SELECT id, category, geom, top, min_lat - %(dlat)s AS y0, max_lat + %(dlat)s AS y1,
                      min_lon - %(reach)s / ({EQUATOR_DEGREE_M} * cos(radians(least(top, 90))))
                        AS x0,
                      max_lon + %(reach)s / ({EQUATOR_DEGREE_M} * cos(radians(least(top, 90))))
                        AS x1
               FROM (SELECT *, greatest(abs(min_lat), abs(max_lat)) + %(dlat)s AS top
-                    FROM ({_boxes_sql("%(target)s")}) t) t
+                    FROM ({_boxes_sql(of_class("", "target"))}) t) t
             ) t
           ) t
         )"""
     pairs = f"""
         SELECT s.id AS source_id, t.id AS target_id, s.geom AS sg, t.geom AS tg, s.scale,
-               s.min_lat AS lat0, s.max_lat AS lat1
+               s.min_lat AS lat0, s.max_lat AS lat1, s.category AS source_category,
+               t.category AS target_category
         FROM (SELECT s.*, cx0 + dx AS cx, cy0 + dy AS cy FROM s JOIN {_CELLS}
               ON o.wx = s.cx1 - s.cx0 AND o.wy = s.cy1 - s.cy0 WHERE gridded) s
         JOIN (SELECT t.*, cx0 + dx AS cx, cy0 + dy AS cy FROM t JOIN {_CELLS}
@@ -401,16 +629,16 @@ def _grid_pairs_sql(reach: float) -> tuple[str, str, dict[str, Any]]:
              AND s.min_lat <= t.y1 AND s.max_lat >= t.y0 AND t.id <> s.id
         UNION ALL
         SELECT s.id, t.id, s.geom, {_near_side_sql("s.geom", "t.geom")}, s.scale, s.min_lat,
-               s.max_lat
+               s.max_lat, s.category, t.category
         FROM s JOIN {TABLE} t
           ON t.geom::geography && _ST_Expand(s.geom::geography, %(reach)s) AND t.id <> s.id
-        WHERE NOT s.gridded AND t.category = %(target)s AND t.deleted_at IS NULL
+        WHERE NOT s.gridded AND {of_class("t.", "target")} AND t.deleted_at IS NULL
         UNION ALL
         SELECT s.id, t.id, s.geom, {_near_side_sql("s.geom", "t.geom")},
-               {_conformal_scale_sql("s.min_lat")}, s.min_lat, s.max_lat
+               {_conformal_scale_sql("s.min_lat")}, s.min_lat, s.max_lat, s.category, t.category
         FROM t JOIN {TABLE} s
           ON s.geom::geography && _ST_Expand(t.geom::geography, %(reach)s) AND t.id <> s.id
-        WHERE NOT t.gridded AND s.category = %(source)s AND s.deleted_at IS NULL"""
+        WHERE NOT t.gridded AND {of_class("s.", "source")} AND s.deleted_at IS NULL"""
     cell = max(2 * dlat, GRID_CELL_MIN_DEGREES)
     return with_sql, pairs, {"dlat": dlat, "cell": cell}
 

@@ -4,7 +4,9 @@ The demo user is the accounts' concern (`geosense.accounts.services.demo_user_en
 `seed_demo` command runs both.
 
 Every write that bypasses `Model.save` bumps `AnnotationRevision`, so that the spatial
-indexes cached in every process rebuild on their next query.
+indexes cached in every process rebuild on their next query. On PostgreSQL a bulk write goes
+through `postgis.nearest_kept_in_bulk`, so the database's table of nearest annotations is
+rebuilt once after it rather than kept row by row.
 """
 
 import json
@@ -18,7 +20,7 @@ import shapely
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import demo
+from . import demo, postgis
 from .geometry import (
     LocalProjection,
     bbox_of,
@@ -193,7 +195,7 @@ def _bulk_insert(
     )
     encode = json.JSONEncoder(separators=(",", ":")).encode
     bound_rows, measure_rows = bounds.tolist(), measures.tolist()
-    with connection.cursor() as cursor:
+    with postgis.nearest_kept_in_bulk(rows=len(geometry_texts)), connection.cursor() as cursor:
         for start in range(0, len(geometry_texts), INSERT_BATCH):
             cursor.executemany(
                 sql,
@@ -427,31 +429,10 @@ def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:
                 replaced=0,
                 total=annotations,
             )
-        replaced, _ = earlier.delete()
-        layout = demo.demo_features(count=annotations, seed=seed)
-        metric = layout.geoms_m
-        sizes = np.array([size_attribute(a) for a in layout.attributes])
-        shape_rows = shape_vectors(metric, sizes).tolist()
-        context_rows = context_vectors_json(
-            neighbour_counts(metric, layout.categories, sorted(set(layout.categories)))
-        )
-        projection = LocalProjection(lon=demo.PLACE_LON, lat=demo.PLACE_LAT)
-        lonlat = shapely.transform(projection.unproject(metric), lambda c: np.round(c, 7))
-        dims = shapely.get_dimensions(metric)
-        measures = np.column_stack(
-            [np.where(dims == 2, shapely.area(metric), 0.0), shapely.length(metric)]
-        )
-        created = _bulk_insert(
-            categories=layout.categories,
-            geoms_lonlat=lonlat,
-            attributes=layout.attributes,
-            vectors=[
-                f'{{"{DEFAULT_VECTOR}":{json.dumps(shape)},"{CONTEXT_VECTOR}":{around}}}'
-                for shape, around in zip(shape_rows, context_rows, strict=True)
-            ],
-            source=marker,
-            measures=measures,
-        )
+        with postgis.nearest_kept_in_bulk(rows=max(annotations, earlier.count())):
+            replaced, _ = earlier.delete()
+            layout = demo.demo_features(count=annotations, seed=seed)
+            created = _demo_insert(layout, marker=marker)
         DemoArea.objects.all().delete()
         DemoArea.objects.create(
             seed=seed, annotations=annotations, blocks=[list(b) for b in layout.blocks]
@@ -461,6 +442,33 @@ def demo_seed(*, annotations: int = 2000, seed: int = 0) -> SeedReport:
         created=created,
         replaced=replaced,
         total=annotations,
+    )
+
+
+def _demo_insert(layout: demo.DemoLayout, *, marker: str) -> int:
+    """Insert the demo's features, measured and with their vectors, as rows from `marker`."""
+    metric = layout.geoms_m
+    sizes = np.array([size_attribute(a) for a in layout.attributes])
+    shape_rows = shape_vectors(metric, sizes).tolist()
+    context_rows = context_vectors_json(
+        neighbour_counts(metric, layout.categories, sorted(set(layout.categories)))
+    )
+    projection = LocalProjection(lon=demo.PLACE_LON, lat=demo.PLACE_LAT)
+    lonlat = shapely.transform(projection.unproject(metric), lambda c: np.round(c, 7))
+    dims = shapely.get_dimensions(metric)
+    measures = np.column_stack(
+        [np.where(dims == 2, shapely.area(metric), 0.0), shapely.length(metric)]
+    )
+    return _bulk_insert(
+        categories=layout.categories,
+        geoms_lonlat=lonlat,
+        attributes=layout.attributes,
+        vectors=[
+            f'{{"{DEFAULT_VECTOR}":{json.dumps(shape)},"{CONTEXT_VECTOR}":{around}}}'
+            for shape, around in zip(shape_rows, context_rows, strict=True)
+        ],
+        source=marker,
+        measures=measures,
     )
 
 

@@ -162,7 +162,7 @@ import json
 from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
-from geosense.annotations import demo, index, selectors, services
+from geosense.annotations import demo, index, postgis, selectors, services
 from geosense.annotations.spatial import spatial_backend
 from geosense.fields import json_text
 from tools.builtin import nearest_annotations, spatial_relation
@@ -192,6 +192,10 @@ def calls():
         "within_metres": dict(zip(within.source_ids.tolist(), within.distances_m.tolist())),
         "overlap": tool(spatial_relation, {"relation": "overlap", "source": "solar_panel",
                                            "target": "house"}),
+        # Beyond the kept table's reach: the join.
+        "within_far": tool(spatial_relation, {"relation": "within_distance", "source": "tree",
+                                              "target": "house",
+                                              "distance_m": postgis.NEAREST_REACH_M + 10}),
         "within_bbox": tool(spatial_relation, {"relation": "within_distance", "source": "tree",
                                                "target": "house", "distance_m": 20,
                                                "bbox": BBOX}),
@@ -247,7 +251,7 @@ def assert_same_answers(run: dict) -> None:
     assert run["backend"] == "postgis" and not run["index_built"]
     assert run["sql"] == {"ST_DWithin": True, "ST_Intersects": True, "<->": True}
     postgis, embedded = run["postgis"], run["embedded"]
-    for relation in ("within", "overlap", "within_bbox", "overlap_bbox"):
+    for relation in ("within", "within_far", "overlap", "within_bbox", "overlap_bbox"):
         ours, theirs = pairs(postgis[relation]), pairs(embedded[relation])
         assert len(ours) > 3 and ours.keys() == theirs.keys(), relation
         if relation.endswith("bbox"):  # a part of the whole
@@ -463,3 +467,222 @@ def test_within_distance_metres_from_the_plane_match_the_spheroid(spatial_db):
     for source, (name, target, metres) in expected.items():
         assert got[source][0] == target, name
         assert got[source][1] == pytest.approx(metres, rel=1e-5), name
+
+
+# --- the nearest of each class, kept by the database (migration annotations/0007) ------------
+
+KEPT_HELPERS = """
+import json
+import math
+from django.db import connection, transaction
+from django.test import override_settings
+from geosense.annotations import postgis
+
+REACH = postgis.NEAREST_REACH_M
+QUESTIONS = [("tree", "house"), ("house", "tree"), ("tree", "tree"), ("pool", "house"),
+             ("kept_tree", "kept_house"), ("kept_house", "kept_tree"), ("tree", "kept_house")]
+
+
+def kept():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT source_id, target_category, target_id, metres"
+                       " FROM annotations_nearest")
+        return {(s, c): (t, m) for s, c, t, m in cursor.fetchall()}
+
+
+def fresh():
+    with transaction.atomic():
+        postgis.nearest_rebuild()
+        rows = kept()
+        transaction.set_rollback(True)
+    return rows
+
+
+def stale():
+    # Rows within the reach are each source's nearest of a class, as a rebuild finds them
+    # (beyond it either may hold a farther candidate, or none).
+    ours, theirs = kept(), fresh()
+    far = (0, math.inf)
+    return sorted(
+        f"{key}: {ours.get(key)} kept, {theirs.get(key)} fresh"
+        for key in ours.keys() | theirs.keys()
+        if min(ours.get(key, far)[1], theirs.get(key, far)[1]) <= REACH
+        and (ours.get(key, far)[0] != theirs.get(key, far)[0]
+             or abs(ours.get(key, far)[1] - theirs.get(key, far)[1]) > 1e-9)
+    )
+
+
+def unequal_answers():
+    # Within-distance from the kept table against the join, for a few classes and distances.
+    wrong = []
+    for source, target in QUESTIONS:
+        for distance in (5.0, 20.0, REACH):
+            a = postgis.annotations_within_distance(
+                source=source, target=target, distance_m=distance)
+            b = postgis.within_joined(source=source, target=target, distance_m=distance)
+            if (a.source_ids.tolist() != b.source_ids.tolist()
+                    or a.target_ids.tolist() != b.target_ids.tolist()
+                    or any(abs(x - y) > 1e-5 * y for x, y in zip(a.distances_m, b.distances_m))):
+                wrong.append(f"{source} -> {target} within {distance}")
+    return wrong
+
+
+def check():
+    return {"stale": stale()[:5], "answers": unequal_answers()}
+"""
+
+KEPT_WRITES = (
+    KEPT_HELPERS
+    + """
+from geosense.annotations import services
+from geosense.annotations.models import Annotation
+
+LON, LAT = -118.52, 34.16  # west of the demo: these classes meet only each other there
+
+
+def point(lon, lat):
+    return {"type": "Point", "coordinates": [lon, lat]}
+
+
+def square(lon, lat, side=0.0001):
+    ring = [[lon, lat], [lon + side, lat], [lon + side, lat + side], [lon, lat + side], [lon, lat]]
+    return {"type": "Polygon", "coordinates": [ring]}
+
+
+def sql(statement, params=()):
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def raw_insert(category, geometry):
+    return sql(
+        "INSERT INTO annotations_annotation (category, geometry, min_lon, min_lat, max_lon,"
+        " max_lat, area_m2, length_m, attributes, vectors, source, created, updated) VALUES"
+        " (%s, %s::jsonb, 0, 0, 0, 0, 0, 0, '{}', '{}', 'kept', now(), now()) RETURNING id",
+        [category, json.dumps(geometry)])[0][0]
+
+
+steps, ids = {}, []
+steps["seeded"] = check()
+houses = [services.annotation_create(category="kept_house",
+                                     geometry=square(LON + 0.0002 * i, LAT)).pk
+          for i in range(4)]
+trees = [services.annotation_create(category="kept_tree",
+                                    geometry=point(LON + 0.00015 * i, LAT - 0.00005)).pk
+         for i in range(6)]
+# A demo tree's nearest house becomes one of these: the demo meets them here.
+demo_tree = sql("SELECT source_id FROM annotations_nearest WHERE target_category = 'house'"
+                " AND source_category = 'tree'"
+                " AND metres BETWEEN 5 AND 15 ORDER BY source_id LIMIT 1")[0][0]
+((x, y),) = sql("SELECT ST_X(geom), ST_Y(geom) FROM annotations_annotation WHERE id = %s",
+                [demo_tree])
+houses.append(services.annotation_create(category="house", geometry=square(x + 0.00001, y)).pk)
+houses.append(services.annotation_create(category="kept_house", geometry=square(x, y + 0.00002)).pk)
+ids += houses + trees
+steps["created by the ORM"] = check()
+services.annotations_soft_delete(ids=[houses[1], trees[2], houses[-2]])
+steps["soft-deleted by the ORM"] = check()
+services.annotations_restore(ids=[houses[1], houses[-2]])
+steps["restored by the ORM"] = check()
+Annotation.all_objects.filter(id=houses[0]).delete()
+steps["deleted by the ORM"] = check()
+Annotation.objects.filter(id=trees[0]).update(category="kept_house")
+steps["class changed by the ORM"] = check()
+sql("UPDATE annotations_annotation SET geometry = %s::jsonb WHERE id = %s",
+    [json.dumps(point(LON + 0.0003, LAT + 0.00012)), trees[1]])
+steps["moved by SQL"] = check()
+sql("UPDATE annotations_annotation SET category = 'kept_tree' WHERE id = %s", [houses[2]])
+steps["class changed by SQL"] = check()
+ids.append(raw_insert("kept_tree", point(LON + 0.00021, LAT + 0.00003)))
+ids.append(raw_insert("kept_house", square(LON + 0.00045, LAT - 0.0001)))
+steps["inserted by SQL"] = check()
+sql("UPDATE annotations_annotation SET deleted_at = now() WHERE id = %s", [houses[3]])
+steps["soft-deleted by SQL"] = check()
+sql("DELETE FROM annotations_annotation WHERE id = %s", [trees[3]])
+steps["deleted by SQL"] = check()
+print(json.dumps({"steps": steps, "ids": ids}))
+"""
+)
+
+
+def test_within_distance_reads_the_table_the_database_keeps(spatial_db):
+    """Over the whole dataset within the reach, "trees within 20 m of a house" is one index scan
+    of `annotations_nearest` (no join, no distance measured per question), and equals the join
+    and the rows a rebuild would hold."""
+    script = (
+        KEPT_HELPERS
+        + """
+from django.test.utils import CaptureQueriesContext
+with CaptureQueriesContext(connection) as queries:
+    within = postgis.annotations_within_distance(source="tree", target="house", distance_m=20)
+sql = " ".join(q["sql"] for q in queries.captured_queries)
+print(json.dumps({"sql": sql, "rows": len(within.source_ids), "check": check()}))
+"""
+    )
+    out = json.loads(spatial_db.shell(script).strip().splitlines()[-1])
+    assert "annotations_nearest" in out["sql"]
+    # The join's candidate pairs: probes of the geography index, grid cells, DISTINCT ON.
+    assert all(part not in out["sql"] for part in ("_ST_Expand", "floor(", "DISTINCT ON"))
+    assert out["rows"] > 100
+    assert out["check"] == {"stale": [], "answers": []}
+
+
+def test_the_kept_table_follows_every_writer(spatial_db):
+    """Inserts, soft and hard deletes, restores, moves and class changes, through the ORM and
+    through plain SQL: after each the table holds what a rebuild finds, and within-distance
+    from it equals the join."""
+    out = json.loads(spatial_db.shell(KEPT_WRITES).strip().splitlines()[-1])
+    spatial_db.sql(f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (out["ids"],))
+    for step, found in out["steps"].items():
+        assert found == {"stale": [], "answers": []}, step
+
+
+def test_two_writers_near_each_other_leave_each_the_others_nearest(spatial_db):
+    """A tree inserted in one transaction and a house 5 m from it in another, concurrently: the
+    second's trigger waits for the first's lock, then sees the tree, so each is the other's
+    nearest (without the lock neither would see the other, uncommitted)."""
+    import threading
+
+    import psycopg
+
+    insert = (
+        f"INSERT INTO {TABLE} (category, geometry, min_lon, min_lat, max_lon, max_lat, area_m2,"
+        " length_m, attributes, vectors, source, created, updated) VALUES (%s, %s::jsonb,"
+        " 0, 0, 0, 0, 0, 0, '{}', '{}', 'concurrent', now(), now()) RETURNING id"
+    )
+    tree = {"type": "Point", "coordinates": [12.0, 12.0]}
+    ring = [[12.00004, 12.0], [12.0001, 12.0], [12.0001, 12.0001], [12.00004, 12.0001]]
+    house = {"type": "Polygon", "coordinates": [[*ring, ring[0]]]}
+    dsn = spatial_db.postgres._dsn("geosense")
+    ids: dict[str, int] = {}
+    with psycopg.connect(dsn) as first, psycopg.connect(dsn) as second:
+        ids["tree"] = first.execute(insert, ("conc_tree", json.dumps(tree))).fetchone()[0]
+
+        def write_house() -> None:
+            ids["house"] = second.execute(insert, ("conc_house", json.dumps(house))).fetchone()[0]
+            second.commit()
+
+        writer = threading.Thread(target=write_house)
+        writer.start()
+        waiting = []
+        for _ in range(100):
+            waiting = spatial_db.sql(
+                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            )
+            if waiting:
+                break
+            threading.Event().wait(0.05)
+        first.commit()
+        writer.join(timeout=30)
+    try:
+        assert waiting, "the second writer did not wait for the first's lock"
+        rows = dict(
+            spatial_db.sql(
+                "SELECT source_id, target_id FROM annotations_nearest WHERE source_id = ANY(%s)",
+                ([ids["tree"], ids["house"]],),
+            )
+        )
+        assert rows == {ids["tree"]: ids["house"], ids["house"]: ids["tree"]}
+    finally:
+        spatial_db.sql(f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (list(ids.values()),))
