@@ -23,7 +23,7 @@ from django.db.models.fields.json import KT
 from django.urls import reverse
 from django.utils import timezone
 
-from geosense.compiled import CompiledRead, db_value
+from geosense.compiled import CompiledRead, db_value, model_columns, model_from_row
 from geosense.wire import ApprovalData, DecisionData, MessageData
 from tools.client import ClientTool, ClientToolset
 from tools.registry import backend_tool
@@ -45,14 +45,35 @@ from .models import (
 SHOWN_ROLES = (Message.Role.USER, Message.Role.ASSISTANT, Message.Role.NOTE)
 
 
+def _session_of_user_query(session_id: object, user_id: object) -> QuerySet:
+    return (
+        ChatSession.objects.filter(pk=session_id, user_id=user_id)
+        .order_by("pk")
+        .values_list(*model_columns(ChatSession))[:1]
+    )
+
+
+def _session_of_user_tail(connection: Any, session_id: object, user_id: object) -> list[Any]:
+    return [
+        db_value(ChatSession, "id", session_id, connection),
+        db_value(ChatSession, "user", user_id, connection),
+    ]
+
+
+# Every API request on a session checks its owner: compiled once per process (through the
+# ORM, ~370 µs of the requests' pool a request; ~35 µs).
+_SESSION_OF_USER = CompiledRead(build=_session_of_user_query, tail=_session_of_user_tail)
+
+
 def session_of_user(*, session_id: object, user) -> ChatSession | None:
     """The session if it exists and belongs to the user; None otherwise (answered as 404)."""
     if not getattr(user, "is_authenticated", False):
         return None
     try:
-        return ChatSession.objects.filter(pk=session_id, user=user).first()
+        rows = _SESSION_OF_USER.rows(session_id, user.pk)
     except (ValueError, TypeError, ValidationError):  # not a UUID
         return None
+    return model_from_row(ChatSession, rows[0]) if rows else None
 
 
 def session_list(*, user) -> list[ChatSession]:

@@ -115,6 +115,18 @@ class CompiledRead(_Compiled):
         return [tuple(row) for row in queryset]
 
 
+def model_columns(model: type[Model], *, through: str = "") -> list[str]:
+    """The `values_list` names of `model`'s concrete fields, in order (`through`: the relation
+    that reaches it, e.g. "user__"), for a read that builds instances with `model_from_row`."""
+    return [f"{through}{field.attname}" for field in model._meta.concrete_fields]
+
+
+def model_from_row(model: type[Model], row: tuple[Any, ...]) -> Model:
+    """The instance the ORM would load from `row` (values of `model_columns`, converted)."""
+    names = [field.attname for field in model._meta.concrete_fields]
+    return model.from_db(DEFAULT_DB_ALIAS, names, row)
+
+
 def db_value(model: Any, field: str, value: Any, connection: Any) -> Any:
     """`value` as a parameter of a lookup on `model.field` (a foreign key: its target's)."""
     target = model._meta.get_field(field)

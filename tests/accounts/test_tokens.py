@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from geosense.accounts.models import ApiToken, CreditAccount
-from geosense.accounts.services import api_token_create, credit_set
+from geosense.accounts.services import api_token_authenticate, api_token_create, credit_set
 from geosense.asgi import application
 
 
@@ -37,6 +37,26 @@ def test_a_token_works_until_it_expires():
     answer = _get("/api/sessions", token)
     assert answer.status_code == 401
     assert json.loads(answer.content) == {"error": "invalid bearer token"}
+
+
+def _fields(instance) -> list:
+    return [getattr(instance, field.attname) for field in instance._meta.concrete_fields]
+
+
+@pytest.mark.django_db
+def test_a_token_is_read_with_its_user_as_the_orm_reads_them():
+    """Every request reads its token with its user in SQL compiled once per process
+    (geosense/compiled.py): the same token and user as the ORM's, field for field."""
+    alice = _user("alice", email="alice@example.org", first_name="Alice")
+    raw = api_token_create(user=alice)
+    api_token_authenticate(raw=raw)  # writes last_used
+    expected = ApiToken.objects.select_related("user").get(user=alice)
+    for _ in range(2):  # the first read may compile it, the next runs the kept SQL
+        token = api_token_authenticate(raw=raw)
+        assert _fields(token) == _fields(expected)
+        assert _fields(token.user) == _fields(expected.user)
+        assert token.user.is_authenticated and token.user.check_password("") is False
+    assert api_token_authenticate(raw=raw + "x") is None
 
 
 @pytest.mark.django_db
