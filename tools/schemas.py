@@ -231,16 +231,23 @@ def _quick_properties(arg: Any, schema: dict) -> Quick | None:
     subs = tuple((name, _quick(sub)) for name, sub in arg.items())
     if any(sub is None for _, sub in subs):
         return None
-    return lambda v: (
-        not isinstance(v, dict) or all(name not in v or sub(v[name]) for name, sub in subs)
-    )
+
+    # Loops, not all(...) over a generator: a generator per value costs more than the check.
+    def check(v: Any) -> bool:
+        if isinstance(v, dict):
+            for name, sub in subs:
+                if name in v and not sub(v[name]):
+                    return False
+        return True
+
+    return check
 
 
 def _quick_required(arg: Any, schema: dict) -> Quick | None:
     if not isinstance(arg, list) or not all(isinstance(n, str) for n in arg):
         return None
-    names = tuple(arg)
-    return lambda v: not isinstance(v, dict) or all(name in v for name in names)
+    names = frozenset(arg)
+    return lambda v: not isinstance(v, dict) or names.issubset(v.keys())
 
 
 def _quick_additional(arg: Any, schema: dict) -> Quick | None:
@@ -249,21 +256,36 @@ def _quick_additional(arg: Any, schema: dict) -> Quick | None:
         return None
     if arg is True:
         return lambda v: True
+    names = frozenset(known)
     if arg is False:
-        return lambda v: not isinstance(v, dict) or all(key in known for key in v)
+        return lambda v: not isinstance(v, dict) or names.issuperset(v.keys())
     sub = _quick(arg) if isinstance(arg, dict) else None
     if sub is None:
         return None
-    return lambda v: (
-        not isinstance(v, dict) or all(key in known or sub(item) for key, item in v.items())
-    )
+
+    def check(v: Any) -> bool:
+        if isinstance(v, dict):
+            for key, item in v.items():
+                if key not in names and not sub(item):
+                    return False
+        return True
+
+    return check
 
 
 def _quick_items(arg: Any, schema: dict) -> Quick | None:
     sub = _quick(arg) if "prefixItems" not in schema else None
     if sub is None:
         return None
-    return lambda v: not isinstance(v, list) or all(sub(item) for item in v)
+
+    def check(v: Any) -> bool:
+        if isinstance(v, list):
+            for item in v:
+                if not sub(item):
+                    return False
+        return True
+
+    return check
 
 
 def _quick_enum(arg: Any, schema: dict) -> Quick | None:

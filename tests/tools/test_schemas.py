@@ -281,6 +281,23 @@ def test_a_value_of_a_common_shape_is_decided_without_jsonschema(monkeypatch):
     assert walked == [{"i": "x"}]
 
 
+def test_the_quick_check_of_a_small_value_makes_one_call_per_keyword_and_node():
+    """No generator per object or array (`all(...)` over one cost more than the check): for
+    `{"i": 1}`, the root's and the property's checks, their deadline ticks, and one call per
+    keyword."""
+    import sys
+
+    quick = schema_validator(SMALL_SCHEMA).quick
+    calls = []
+    sys.setprofile(lambda frame, event, arg: event == "call" and calls.append(frame.f_code))
+    try:
+        assert quick({"i": 1})
+    finally:
+        sys.setprofile(None)
+    # valid() and _tick() twice each; type, properties and required at the root; type below
+    assert len(calls) <= 8, [code.co_name for code in calls]
+
+
 def test_a_schema_with_another_keyword_is_left_to_jsonschema():
     """Keywords outside the quick check's list (here `pattern`, `if`, `prefixItems`,
     `multipleOf`, `$ref`) leave the whole schema to jsonschema, nested or not."""
