@@ -17,11 +17,16 @@ Setup, chosen so that every figure crosses the same server in the same condition
 - Client-tool round trip: from `client_tool_request` sending the invoke to the validated result
   being back in the engine: consumer → socket → page → socket → consumer → engine (through the
   channel layer when the socket is another process's).
+- Least round trip: the same invoke and answer through the same Daphne to a bare ASGI
+  application that does the least any server must (writes the invoke as JSON, parses the
+  answer, wakes the waiting caller; no checks, no Channels), answered by the page exactly as
+  the consumer's invokes (a third socket). It is the floor of the round trip on this Daphne:
+  the page's own JSON and the extra loop round are in it, GeoSense's work is not.
 The calls are split in `--blocks` blocks; before each block of calls the page runs as many
-echoes and bare echoes, so that the three figures share the machine's load of the moment (a
-shared machine's load moves more within a run than the difference measured). One more block
-first warms up and is not counted. With `--redis` the channel layer is
-`RedisPubSubChannelLayer` on that server.
+echoes and bare echoes, and the least round trips just before the calls, so that the figures
+share the machine's load of the moment (a shared machine's load moves more within a run than
+the difference measured). One more block first warms up and is not counted. With `--redis`
+the channel layer is `RedisPubSubChannelLayer` on that server.
 """
 
 import asyncio  # isort:skip
@@ -39,6 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BARE_ECHO_PATH = "/bench/bare-echo/"
+LEAST_PATH = "/bench/least-tool/"
 
 BENCH_TOOL = {
     "kind": "blocking",
@@ -76,9 +82,26 @@ async def timed_echoes(ws, probe: str, count: int) -> list[float]:
     return samples
 
 
+async def answer_invokes(ws, count: int) -> None:
+    """Answer `count` invokes with their arguments, as a page serving a tool does."""
+    for _ in range(count):
+        frame = json.loads(await ws.recv())
+        assert frame["type"] == "client-tool-invoke", frame
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "client-tool-result",
+                    "correlationId": frame["correlationId"],
+                    "result": frame["arguments"],
+                }
+            )
+        )
+
+
 async def page(port: int, token: str, session: str) -> None:
     """Bind, register, say "ready"; then for each block size read on stdin: that many echoes
-    and bare echoes (their times printed as one JSON line), then answer that many invokes."""
+    and bare echoes (their times printed as one JSON line), then answer that many invokes of
+    the least server, then of the consumer."""
     import websockets
 
     async with (
@@ -88,6 +111,7 @@ async def page(port: int, token: str, session: str) -> None:
             max_size=2**20,
         ) as ws,
         websockets.connect(f"ws://127.0.0.1:{port}{BARE_ECHO_PATH}") as bare,
+        websockets.connect(f"ws://127.0.0.1:{port}{LEAST_PATH}") as least,
     ):
         await ws.send(json.dumps({"type": "session-bind", "session": session}))
         assert json.loads(await ws.recv())["type"] == "session-bound"
@@ -101,18 +125,8 @@ async def page(port: int, token: str, session: str) -> None:
             echoes = await timed_echoes(ws, probe, count)
             bares = await timed_echoes(bare, probe, count)
             print(json.dumps({"echo": echoes, "bare": bares}), flush=True)
-            for _ in range(count):
-                frame = json.loads(await ws.recv())
-                assert frame["type"] == "client-tool-invoke", frame
-                await ws.send(
-                    json.dumps(
-                        {
-                            "type": "client-tool-result",
-                            "correlationId": frame["correlationId"],
-                            "result": frame["arguments"],
-                        }
-                    )
-                )
+            await answer_invokes(least, count)
+            await answer_invokes(ws, count)
 
 
 async def bare_echo(scope, receive, send) -> None:
@@ -125,6 +139,49 @@ async def bare_echo(scope, receive, send) -> None:
             await send({"type": "websocket.send", "text": message["text"]})
         else:
             return
+
+
+class LeastServer:
+    """A bare ASGI application doing the least a client-tool server must: the invoke written
+    as JSON, the answer parsed and handed to the caller's future."""
+
+    def __init__(self) -> None:
+        self.send = None
+        self.waiting: dict[str, asyncio.Future] = {}
+
+    async def __call__(self, scope, receive, send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "websocket.connect":
+                self.send = send
+                await send({"type": "websocket.accept"})
+            elif message["type"] == "websocket.receive":
+                frame = json.loads(message["text"])
+                self.waiting.pop(frame["correlationId"]).set_result(frame["result"])
+            else:
+                return
+
+    async def calls_timed(self, count: int, first: int) -> list[float]:
+        loop = asyncio.get_running_loop()
+        samples = []
+        for index in range(first, first + count):
+            started = time.perf_counter()
+            correlation_id = f"{index:032x}"
+            waiter = self.waiting[correlation_id] = loop.create_future()
+            invoke = {
+                "type": "client-tool-invoke",
+                "correlationId": correlation_id,
+                "name": BENCH_TOOL["name"],
+                "arguments": {"i": index},
+            }
+            await self.send({"type": "websocket.send", "text": json.dumps(invoke)})
+            result = await waiter
+            samples.append(time.perf_counter() - started)
+            assert result == {"i": index}, result
+        return samples
+
+
+LEAST = LeastServer()
 
 
 # --- the server and the engine (this process) -------------------------------------------------
@@ -188,14 +245,16 @@ async def blocks_timed(browser, session: str, calls: int, blocks: int) -> dict[s
     assert (await asyncio.wait_for(browser.stdout.readline(), timeout=120)).strip() == b"ready"
     toolset = await sync_to_async(client_toolset_of_session)(session_id=session)
     size = max(1, calls // blocks)
-    timed: dict[str, list[float]] = {"echo": [], "bare": [], "tool": []}
+    timed: dict[str, list[float]] = {"echo": [], "bare": [], "least": [], "tool": []}
     for block in range(blocks + 1):
         browser.stdin.write(f"{size}\n".encode())
         echoes = json.loads(await asyncio.wait_for(browser.stdout.readline(), timeout=120))
+        least = await LEAST.calls_timed(size, block * size)
         tool = await calls_timed(toolset, size, block * size)
         if block:  # the first block warms up
             timed["echo"] += echoes["echo"]
             timed["bare"] += echoes["bare"]
+            timed["least"] += least
             timed["tool"] += tool
     return timed
 
@@ -225,6 +284,8 @@ def main() -> None:
         async def served(scope, receive, send) -> None:
             if scope["type"] == "websocket" and scope["path"] == BARE_ECHO_PATH:
                 return await bare_echo(scope, receive, send)
+            if scope["type"] == "websocket" and scope["path"] == LEAST_PATH:
+                return await LEAST(scope, receive, send)
             return await application(scope, receive, send)
 
         port = free_port()
@@ -267,18 +328,28 @@ def main() -> None:
 
     if outcome.get("error"):
         raise outcome["error"]
-    echo, bare, tool = outcome["echo"], outcome["bare"], outcome["tool"]
+    echo, bare, least, tool = outcome["echo"], outcome["bare"], outcome["least"], outcome["tool"]
     layer = "RedisPubSubChannelLayer" if args.redis else "InMemoryChannelLayer"
     print(
         f"tree: {args.tree}; layer: {layer}; {tool['n']} calls, {echo['n']} echoes and bare "
         f"echoes, in {args.blocks} blocks after one of warm-up"
     )
-    for label, figures in (("echo", echo), ("bare echo", bare), ("client-tool round", tool)):
+    for label, figures in (
+        ("echo", echo),
+        ("bare echo", bare),
+        ("least round", least),
+        ("client-tool round", tool),
+    ):
         print(f"{label:18} median {figures['median_ms']:.3f} ms   p99 {figures['p99_ms']:.3f} ms")
-    for label, base in (("echo", echo), ("bare echo", bare)):
+    for label, top, base in (
+        ("tool / echo", tool, echo),
+        ("tool / bare echo", tool, bare),
+        ("least / bare echo", least, bare),
+        ("tool / least", tool, least),
+    ):
         print(
-            f"ratio (tool / {label}) median {tool['median_ms'] / base['median_ms']:.2f}×"
-            f"   p99 {tool['p99_ms'] / base['p99_ms']:.2f}×"
+            f"ratio ({label}) median {top['median_ms'] / base['median_ms']:.2f}×"
+            f"   p99 {top['p99_ms'] / base['p99_ms']:.2f}×"
         )
 
 
