@@ -1,6 +1,6 @@
 """Spatial questions in PostGIS against the in-process index, on the same PostgreSQL database:
 
-    .venv/bin/python bench/postgis.py [--sizes 200000,1000000] [--runs 3]
+    .venv/bin/python bench/postgis.py [--sizes 200000,1000000] [--runs 3] [--writes N]
                                       [--url SIZE=postgres://…] …
 
 For each size, one database holds the demo (`seed_demo --annotations SIZE --seed 0`): a
@@ -13,6 +13,11 @@ seeded). A worker process per size (Django reads DATABASE_URL once) times, in al
 - overlap (solar panels on houses), nearest (5 nearest to the demo's centre) and similarity
   (top 20 pools like the first) the same way;
 - the index's first build (what the first question after a start or a write costs there).
+
+With `--writes N`, it then times the trigger that keeps `annotations_nearest` (migration
+annotations/0007) on single writes next to N annotations picked at random: an insert of a tree
+and of a house, a soft and a hard delete, a move and a class change, each in a transaction
+rolled back (the database is left as it was).
 
 Each figure is the median of `--runs`: wall time, this process's CPU time ("app CPU": fetching
 and reading the rows) and PostgreSQL's CPU time (every backend and parallel worker of the
@@ -135,6 +140,58 @@ def _agree(name: str, ours: Any, theirs: Any) -> tuple[str, int]:
     return ("yes" if not ties else f"yes but {ties} near-tie link(s)"), len(a)
 
 
+WRITES = {
+    "insert a tree 3 m from an annotation": (
+        "INSERT INTO annotations_annotation (category, geometry, min_lon, min_lat, max_lon,"
+        " max_lat, area_m2, length_m, attributes, vectors, source, created, updated) VALUES"
+        " ('tree', jsonb_build_object('type', 'Point', 'coordinates',"
+        " jsonb_build_array(%(x)s + 0.00003, %(y)s)), 0, 0, 0, 0, 0, 0, '{}', '{}', 'bench',"
+        " now(), now())"
+    ),
+    "insert a 10 m house there": (
+        "INSERT INTO annotations_annotation (category, geometry, min_lon, min_lat, max_lon,"
+        " max_lat, area_m2, length_m, attributes, vectors, source, created, updated) VALUES"
+        " ('house', ST_AsGeoJSON(ST_MakeEnvelope(%(x)s, %(y)s, %(x)s + 0.0001, %(y)s + 0.0001,"
+        " 4326))::jsonb, 0, 0, 0, 0, 0, 0, '{}', '{}', 'bench', now(), now())"
+    ),
+    "soft delete": "UPDATE annotations_annotation SET deleted_at = now() WHERE id = %(id)s",
+    "hard delete": "DELETE FROM annotations_annotation WHERE id = %(id)s",
+    "move (geometry updated)": (
+        "UPDATE annotations_annotation SET geometry = jsonb_build_object('type', 'Point',"
+        " 'coordinates', jsonb_build_array(%(x)s + 0.0001, %(y)s + 0.0001)) WHERE id = %(id)s"
+    ),
+    "class change": "UPDATE annotations_annotation SET category = 'shed' WHERE id = %(id)s",
+}
+
+
+def write_costs(url: str, n: int) -> None:
+    """Print the kept table's trigger time on single writes next to n random annotations."""
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        picks = conn.execute(
+            "SELECT id, ST_X(ST_PointOnSurface(geom)), ST_Y(ST_PointOnSurface(geom))"
+            " FROM annotations_annotation WHERE deleted_at IS NULL ORDER BY hashint8(id)"
+            " LIMIT %s",
+            [n],
+        ).fetchall()
+        conn.rollback()
+        times: dict[str, list[float]] = {name: [] for name in WRITES}
+        for pk, x, y in picks:
+            for name, sql in WRITES.items():
+                plan = conn.execute(
+                    f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", {"id": pk, "x": x, "y": y}
+                ).fetchone()[0]
+                conn.rollback()
+                for trigger in plan[0].get("Triggers", []):
+                    if trigger["Trigger Name"] == "annotations_nearest_sync":
+                        times[name].append(trigger["Time"])
+    print(f"\nThe kept table's trigger on single writes ({n} places):")
+    print("| write | median | max |\n|---|---|---|")
+    for name, found in times.items():
+        print(f"| {name} | {statistics.median(found):.1f} ms | {max(found):.1f} ms |")
+
+
 def seeded_database(size: int, workdir: Path) -> tuple[str, Any]:
     """A throwaway cluster with the demo of `size` annotations: (its URL, the cluster)."""
     from tests.browser.daphne_server import manage, server_env
@@ -189,6 +246,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="200000,1000000")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--url", action="append", default=[], help="SIZE=URL of a seeded database")
+    parser.add_argument("--writes", type=int, default=0, help="time the trigger on N writes")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -219,6 +277,8 @@ def main() -> None:
                 cwd=ROOT,
             )
             report(size, json.loads(done.stdout.strip().splitlines()[-1]))
+            if args.writes:
+                write_costs(url, args.writes)
         finally:
             if cluster is not None:
                 cluster.stop()
