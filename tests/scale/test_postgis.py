@@ -686,3 +686,17 @@ def test_two_writers_near_each_other_leave_each_the_others_nearest(spatial_db):
         assert rows == {ids["tree"]: ids["house"], ids["house"]: ids["tree"]}
     finally:
         spatial_db.sql(f"DELETE FROM {TABLE} WHERE id = ANY(%s)", (list(ids.values()),))
+
+
+def test_a_truncate_of_the_annotations_empties_the_kept_table(spatial_db):
+    """`manage.py flush` or a restore script truncates: no kept row may name an annotation
+    that is gone (the row trigger does not fire on TRUNCATE). Rolled back."""
+    import psycopg
+
+    with psycopg.connect(spatial_db.postgres._dsn("geosense")) as conn:
+        before = conn.execute("SELECT count(*) FROM annotations_nearest").fetchone()[0]
+        conn.execute(f"TRUNCATE {TABLE} CASCADE")
+        after = conn.execute("SELECT count(*) FROM annotations_nearest").fetchone()[0]
+        conn.rollback()
+    assert before > 1000
+    assert after == 0
