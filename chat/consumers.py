@@ -53,6 +53,13 @@ CLOSE_UNAUTHENTICATED = wire.CLOSE_UNAUTHENTICATED
 # KiB a minute; a hostile one gets 128 KiB/s, a few milliseconds of parsing a second.
 INBOUND_BURST_BYTES = 512 * 1024
 INBOUND_BYTES_PER_SECOND = 128 * 1024
+# A frame costs its handling whatever its length (a parse, a reply built and sent: tens of µs),
+# so the meter charges at least this much for one: a flood of 1-byte frames is metered too.
+INBOUND_FRAME_MIN_BYTES = 64
+# Frames already queued are handled without the loop suspending (Daphne's queue, a free lock
+# and its sends all return at once), so one socket gives the loop back after this much of
+# handling them back to back: a flood of cheap frames cannot hold every other user's work.
+FRAMES_SLICE_SECONDS = 0.002
 # A page registers once per bind (load, reconnect, session switch): a burst of 5, then one
 # every 2 s, is far above what a person causes and caps what a hostile page can make us check.
 REGISTRATIONS_BURST = 5
@@ -127,7 +134,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         for it with `asyncio.wait`: per frame a task, a wait and two more loop rounds before
         its handler runs (issue 15, item 8). Here this task awaits the page's frames itself
         and one long-lived task awaits the layer's messages; a lock keeps their handlers from
-        interleaving, as Channels' loop did. A handler's error, on either side, ends the socket
+        interleaving, as Channels' loop did, and after `FRAMES_SLICE_SECONDS` of frames handled
+        back to back the loop gets a turn. A handler's error, on either side, ends the socket
         as it did there; so does the disconnect (`StopConsumer`), and the layer's task is
         cancelled either way."""
         self.handling = asyncio.Lock()
@@ -139,11 +147,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 serving.cancel()
 
         layer_messages.add_done_callback(failed)
+        loop = asyncio.get_running_loop()
+        slice_began = loop.time()
         try:
             while True:
                 message = await receive()
                 async with self.handling:
                     await self.dispatch(message)
+                if loop.time() - slice_began >= FRAMES_SLICE_SECONDS:
+                    await asyncio.sleep(0)  # others' ready work runs before the next frame
+                    slice_began = loop.time()
         except asyncio.CancelledError:
             if layer_messages.done() and not layer_messages.cancelled():
                 raise layer_messages.exception() from None
@@ -263,7 +276,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return await self.error(400, "frames must be JSON text")
         if len(text_data) > FRAME_MAX_CHARS:
             return await self.error(413, f"a frame may not exceed {FRAME_MAX_CHARS // 1024} KiB")
-        if not self.inbound.take(len(text_data)):
+        if not self.inbound.take(max(len(text_data), INBOUND_FRAME_MIN_BYTES)):
             return await self.error(429, "too much data from this user's sockets; slow down")
         try:
             frame = json.loads(text_data)

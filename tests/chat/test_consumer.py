@@ -15,6 +15,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from chat import consumers
 from chat.events import session_group
 from chat.models import ChatSession, ClientToolRegistration
 from chat.selectors import client_toolset_of_session
@@ -542,6 +543,28 @@ async def test_a_user_sending_more_than_the_inbound_budget_is_slowed_down(alice)
         statuses.append((await ws.receive_json_from())["status"])
     assert statuses[:7] == [400] * 7  # parsed: an unknown frame type
     assert statuses[-1] == 429
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_flood_of_tiny_frames_gives_the_event_loop_back_and_is_metered(alice, monkeypatch):
+    """Queued frames are handled with no suspension of their own (the review of 6862d5a):
+    another task must run between them, and a 1-byte frame still costs the meter a floor."""
+    monkeypatch.setattr("chat.consumers.FRAMES_SLICE_SECONDS", 0.0, raising=False)
+    monkeypatch.setattr("chat.consumers.INBOUND_BYTES_PER_SECOND", 0)  # no refill meanwhile
+    ws = await connected(alice)
+    for _ in range(200):
+        await ws.send_to(text_data="x")
+    replies_seen = []
+    while len(replies_seen) < 1000 and ws.output_queue.qsize() < 200:
+        await asyncio.sleep(0)
+        replies_seen.append(ws.output_queue.qsize())
+    assert any(0 < n < 200 for n in replies_seen)  # this task ran between the frames
+    statuses = [(await ws.receive_json_from())["status"] for _ in range(200)]
+    assert statuses == [400] * 200
+    bucket = consumers._inbound[alice.user.pk]
+    assert bucket.tokens == consumers.INBOUND_BURST_BYTES - 200 * consumers.INBOUND_FRAME_MIN_BYTES
     await ws.disconnect()
 
 
