@@ -125,6 +125,7 @@ def _client_key(config: ProviderConfig) -> tuple[Any, ...]:
         tuple(sorted(config.headers.items())),
         config.connect_timeout,
         config.first_byte_timeout,
+        config.chunk_timeout,
     )
 
 
@@ -132,10 +133,14 @@ def _client_build(config: ProviderConfig) -> openai.AsyncOpenAI:
     """The SDK's client on its aiohttp transport (`openai[aiohttp]`): httpcore's pool checks
     every kept connection on every request (a `getpeername` and two dicts each), so with 100
     requests in flight a request cost 2.2 ms of CPU against 0.95 ms on aiohttp's pool and C
-    HTTP parser (issue 15, docs/benchmarks.md)."""
+    HTTP parser (issue 15, docs/benchmarks.md).
+
+    The transport's read time-out bounds every wait for bytes, the first and those between
+    chunks alike, so it is the larger of the two: `_post` and `_lines_timed` enforce each of
+    them (with the first-byte one the smaller, a pause mid-stream would otherwise end at it)."""
     timeout = httpx2.Timeout(
         connect=config.connect_timeout,
-        read=config.first_byte_timeout,
+        read=max(config.first_byte_timeout, config.chunk_timeout),
         write=config.first_byte_timeout,
         pool=config.connect_timeout,
     )

@@ -70,6 +70,23 @@ async def test_a_stall_mid_stream_ends_the_turn_and_keeps_the_text_shown_cut_off
     assert kept == [("There are twelve", True)]
 
 
+async def test_a_pause_mid_stream_longer_than_the_first_byte_timeout_is_waited_out(
+    client, trusted_caller, openai_agent, settings
+):
+    """Each time-out holds on its own: the between-chunk one (3 s) governs a pause mid-stream
+    even when the first-byte one (1 s) is the smaller."""
+    settings.GEOSENSE_LLM_CHUNK_TIMEOUT = 3
+    settings.GEOSENSE_LLM_FIRST_BYTE_TIMEOUT = 1
+    openai_agent.reply(Text("There are twelve", 1), Pause(1.6), Text(" trees."))
+
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+
+    assert out.of("error") == []
+    assert out.text == "There are twelve trees."
+
+
 async def test_turns_share_one_client_built_off_the_loop_and_send_a_body_serialised_off_it(
     client, trusted_caller, openai_agent, monkeypatch
 ):
@@ -160,10 +177,12 @@ async def test_a_model_request_costs_the_same_however_many_connections_the_pool_
             openai_agent.reply(Pause(0.3), Text("held"))
         await asyncio.gather(*(answer() for _ in range(n)))
 
+    # The least of five: the profile counts every call of the thread while the request waits
+    # (a loaded machine adds loop rounds, so one reading can be high by chance).
     await connections_kept(2)
-    with_two = min([await calls_of_one_request() for _ in range(3)])
+    with_two = min([await calls_of_one_request() for _ in range(5)])
     await connections_kept(40)
-    with_forty = min([await calls_of_one_request() for _ in range(3)])
+    with_forty = min([await calls_of_one_request() for _ in range(5)])
 
     assert with_forty < with_two + 40, (with_two, with_forty)
 
