@@ -124,8 +124,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 await send({"type": "websocket.close", "code": wire.CLOSE_LIVE_LOST})
             return
         self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
-        with contextlib.suppress(StopConsumer):
-            await self._serve(receive)
+        try:
+            with contextlib.suppress(StopConsumer):
+                await self._serve(receive)
+        finally:
+            self._process_forget()  # also when a handler's error ended the socket
 
     async def _serve(self, receive) -> None:
         """Dispatch the page's frames and the channel layer's messages, one handler at a time.
@@ -239,7 +242,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def _live_lost(self) -> None:
         await self.close(code=wire.CLOSE_LIVE_LOST)
 
-    async def disconnect(self, code: int) -> None:
+    def _process_forget(self) -> None:
+        """Drop what this process holds for the socket: its direct deliveries (invokes, the
+        session's events), its outage watch and its expiry timer. Idempotent; run by
+        `disconnect` and when the socket ends, however it ends (a handler's error skips
+        `disconnect`: an invoke would then go to a dead socket and wait out its time-out)."""
         client_socket_detach(self.channel_name)
         outage.socket_unwatch(self.channel_name)
         if getattr(self, "expiry", None) is not None:
@@ -247,6 +254,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         session_id = getattr(self, "session_id", None)
         if session_id is not None:
             session_socket_detach(session_id, self.channel_name)
+
+    async def disconnect(self, code: int) -> None:
+        self._process_forget()
+        session_id = getattr(self, "session_id", None)
+        if session_id is not None:
             if self.tools:
                 # Before the calls are answered: the turn they resume must not offer this
                 # closed tab's tools again (nor write while this delete runs).

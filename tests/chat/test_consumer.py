@@ -16,6 +16,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from chat import consumers
+from chat import events as events_module
 from chat.events import session_group
 from chat.models import ChatSession, ClientToolRegistration
 from chat.selectors import client_toolset_of_session
@@ -24,6 +25,7 @@ from geosense.accounts.services import api_token_create
 from geosense.asgi import application
 from tests.client_tools import FOCUS, LOCATION
 from tests.security.attacks import heavy_declaration
+from tools import client as client_module
 from tools.client import client_tool_request
 
 
@@ -566,6 +568,29 @@ async def test_a_flood_of_tiny_frames_gives_the_event_loop_back_and_is_metered(a
     bucket = consumers._inbound[alice.user.pk]
     assert bucket.tokens == consumers.INBOUND_BURST_BYTES - 200 * consumers.INBOUND_FRAME_MIN_BYTES
     await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_socket_ended_by_a_handlers_error_leaves_nothing_attached_in_the_process(
+    alice, monkeypatch
+):
+    """An error in a handler ends the socket without `disconnect` (as in Channels): its direct
+    deliveries must go too, or an invoke of this process would wait on a dead socket."""
+    before = set(client_module._attached)
+    ws = await registered(alice, [LOCATION])
+    (channel,) = set(client_module._attached) - before
+    assert channel in events_module._local[session_group(alice.session.pk)]
+
+    async def broken(self, frame):
+        raise RuntimeError("a bug in a handler")
+
+    monkeypatch.setitem(consumers.ChatConsumer.handlers, wire.SESSION_BIND, broken)
+    await ws.send_json_to({"type": "session-bind", "session": str(alice.session.pk)})
+    with pytest.raises(RuntimeError):
+        await ws.receive_output()
+    assert channel not in client_module._attached
+    assert session_group(alice.session.pk) not in events_module._local
 
 
 @pytest.mark.django_db(transaction=True)
