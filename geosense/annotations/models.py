@@ -4,7 +4,7 @@ import uuid
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import models, transaction
+from django.db import connection, models, transaction
 
 from geosense import wire
 from geosense.compiled import CompiledRead
@@ -56,6 +56,12 @@ class Annotation(models.Model):
         return self.deleted_at is not None
 
 
+# The transaction-level advisory lock that every write of the kept nearest table takes first
+# (`pg_advisory_xact_lock`: its trigger, its rebuild, and `AnnotationRevision.bump`), so that
+# annotation writers on PostgreSQL follow one another (migration annotations/0007).
+NEAREST_LOCK = 180_007
+
+
 class AnnotationRevision(models.Model):
     """One row whose token changes on every write to annotations.
 
@@ -86,7 +92,16 @@ class AnnotationRevision(models.Model):
     @classmethod
     def bump(cls, *, content: bool = True) -> str:
         """A new token (and generation when content changed); returns the token. Every open
-        page hears of it once the transaction commits (`annotations-changed`)."""
+        page hears of it once the transaction commits (`annotations-changed`).
+
+        On PostgreSQL it first takes the kept nearest table's lock (`NEAREST_LOCK`, re-entrant
+        within a transaction), so every writer takes that lock before this row: a write's
+        trigger takes it before the write's bump, and a writer that bumps before its first
+        trigger run or its rebuild (a seed, an import) would otherwise hold this row while
+        waiting for the lock that a concurrent delete holds while waiting for this row."""
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [NEAREST_LOCK])
         token = uuid.uuid4().hex
         values = {"token": token, "generation": token} if content else {"token": token}
         if not cls.objects.filter(pk=1).update(**values):

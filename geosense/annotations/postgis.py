@@ -38,7 +38,7 @@ import numpy as np
 from django.db import connection, transaction
 
 from .index import VectorMatrix
-from .models import AnnotationRevision
+from .models import NEAREST_LOCK, AnnotationRevision
 from .types import BBox, NearestHit, OverlapPair, Shape, WithinPairs
 
 TABLE = "annotations_annotation"
@@ -318,8 +318,6 @@ NEAREST_TABLE = "annotations_nearest"
 # million, docs/benchmarks.md "Issue 18: the nearest of each class kept by the database"):
 # 20 m, the issue's question, 4.3 M rows built in ~2 min; 50 m, 6.5 M rows in 5 min.
 NEAREST_REACH_M = 20.0
-# The advisory lock every write to the table takes first (`pg_advisory_xact_lock`): see 0007.
-NEAREST_LOCK = 180_007
 # The setting with which a bulk writer turns the trigger off until its `nearest_rebuild`.
 NEAREST_DEFERRED = "geosense.nearest_deferred"
 # A write of at least this many rows, and at least a tenth of the table, rebuilds the table

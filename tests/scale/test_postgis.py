@@ -700,3 +700,82 @@ def test_a_truncate_of_the_annotations_empties_the_kept_table(spatial_db):
         conn.rollback()
     assert before > 1000
     assert after == 0
+
+
+# Two writers whose locks used to cross: the first holds the revision row (a seed's bump inside
+# its deferred block, or an import's bump after an in-place update of attributes only) and then
+# needs the kept table's lock (its rebuild, or a write's trigger); the second is a user's
+# soft delete, whose trigger takes that lock and whose bump then needs the revision row.
+CROSSING = """
+import json, threading, time
+from django.db import connection, transaction
+from geosense.annotations import postgis, services
+from geosense.annotations.models import Annotation, AnnotationRevision
+
+ORDER = "{order}"
+victim = Annotation.objects.filter(category="tree").order_by("id").values_list("id", flat=True)[0]
+started, results = threading.Event(), {{}}
+
+
+def second_waits():
+    # The second writer is waiting for one of the first's locks.
+    for _ in range(200):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            if cursor.fetchone()[0]:
+                return
+        time.sleep(0.05)
+
+
+def first():
+    try:
+        with transaction.atomic():
+            if ORDER == "seed":
+                with postgis.nearest_kept_in_bulk(rows=postgis.NEAREST_BULK_ROWS):
+                    AnnotationRevision.bump()
+                    started.set()
+                    second_waits()
+            else:
+                AnnotationRevision.bump()
+                started.set()
+                second_waits()
+                services.annotation_create(
+                    category="crossing", geometry={{"type": "Point", "coordinates": [11.0, 11.0]}})
+        results["first"] = "committed"
+    except Exception as exc:
+        results["first"] = repr(exc)
+    finally:
+        started.set()
+        connection.close()
+
+
+def second():
+    started.wait(30)
+    try:
+        services.annotations_soft_delete(ids=[victim])
+        results["second"] = "committed"
+    except Exception as exc:
+        results["second"] = repr(exc)
+    finally:
+        connection.close()
+
+
+threads = [threading.Thread(target=first, daemon=True), threading.Thread(target=second, daemon=True)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join(60)
+services.annotations_restore(ids=[victim])
+Annotation.all_objects.filter(category="crossing").delete()
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.parametrize("order", ["seed", "import"])
+def test_writers_whose_locks_crossed_both_commit(spatial_db, order):
+    """A seed (or an import) that bumps the revision before it takes the kept table's lock, and a
+    soft delete at the same time: both commit (the revision's bump takes that lock first, so
+    every writer takes the two in one order; before, PostgreSQL found a deadlock and cancelled
+    one)."""
+    out = spatial_db.shell(CROSSING.format(order=order)).strip().splitlines()[-1]
+    assert json.loads(out) == {"first": "committed", "second": "committed"}

@@ -22,7 +22,8 @@ An AFTER trigger on annotations keeps it whoever writes (the ORM, raw SQL, psql)
 
 Concurrency: every run of the trigger first takes one transaction-level advisory lock
 (`pg_advisory_xact_lock(NEAREST_LOCK)`), held until its transaction ends, so writers of the
-table follow one another. The function is VOLATILE and the app's transactions READ COMMITTED,
+table follow one another (`AnnotationRevision.bump` takes it too, before the revision row, so
+that every writer takes the two in one order). The function is VOLATILE and the app's transactions READ COMMITTED,
 so each query in it, run after the lock, sees every transaction committed before it got the lock:
 a writer that committed first is seen by the next one (which then counts it among the
 candidates and the neighbours), and one not yet committed has not run its trigger, which will
