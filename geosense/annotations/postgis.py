@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from .index import VectorMatrix
 from .models import NEAREST_LOCK, AnnotationRevision
@@ -416,17 +416,18 @@ def _within_kept(*, source: str, target: str, distance_m: float) -> WithinPairs:
     return WithinPairs(source_ids[order], target_ids[order], metres[order])
 
 
-def nearest_rebuild() -> int:
-    """Fill the kept table from scratch in the current transaction (a bulk writer's, or the
-    migration's): for every live annotation, its nearest live one of each class within the
-    reach, found set-based by the grid join over every class (`_grid_pairs_sql`) and ranked as
-    the join ranks them. Returns its rows.
+def nearest_rebuild(*, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Fill the kept table from scratch, in a transaction of its own or a savepoint of the
+    caller's (a bulk writer's, or the migration's): for every live annotation, its nearest live
+    one of each class within the reach, found set-based by the grid join over every class
+    (`_grid_pairs_sql`) and ranked as the join ranks them. Returns its rows.
 
     It takes the table's lock first, so writers in other transactions wait and then find the
     table whole; `TRUNCATE` holds readers of the table off until this transaction ends (a
-    question then waits, rather than read a half-built table). The secondary indexes are made
-    after the rows are in; sorts and hashes get 256 MB (a million annotations give 11 M
-    candidate pairs)."""
+    question then waits, rather than read a half-built table). As the trigger does, it refuses
+    to run above READ COMMITTED, where its reads would see the transaction's first snapshot,
+    older than the lock. The secondary indexes are made after the rows are in; sorts and hashes
+    get 256 MB (a million annotations give 11 M candidate pairs), for this build only."""
     reach = nearest_reach()
     with_sql, pairs, params = _grid_pairs_sql(reach, every_class=True)
     metres, slack = nearest_measures_sql(_exact_by_id_sql("nearest"))
@@ -437,11 +438,16 @@ def nearest_rebuild() -> int:
         "enable_bitmapscan": "off",
         "work_mem": "256MB",
     }
-    with connection.cursor() as cursor:
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        _read_committed_check(cursor)
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [NEAREST_LOCK])
         cursor.execute(f"TRUNCATE {NEAREST_TABLE}")
         for name in NEAREST_INDEXES:
             cursor.execute(f"DROP INDEX IF EXISTS {name}")
+        cursor.execute(
+            "SELECT name, current_setting(name) FROM unnest(%s::text[]) name", [list(settings)]
+        )
+        before = cursor.fetchall()
         for name, value in settings.items():
             cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
         cursor.execute(
@@ -466,10 +472,20 @@ def nearest_rebuild() -> int:
         rows = cursor.rowcount
         for name, columns in NEAREST_INDEXES.items():
             cursor.execute(f"CREATE INDEX {name} ON {NEAREST_TABLE} {columns}")
-        for name in settings:
-            cursor.execute(f"RESET {name}")
+        # Back to the transaction's own values (SET LOCAL lasts to its end, savepoint or not).
+        for name, value in before:
+            cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
         cursor.execute(f"ANALYZE {NEAREST_TABLE}")
     return rows
+
+
+def _read_committed_check(cursor) -> None:
+    cursor.execute("SELECT current_setting('transaction_isolation')")
+    if cursor.fetchone()[0] != "read committed":
+        raise RuntimeError(
+            "the kept nearest table is rebuilt in READ COMMITTED transactions only: above it, "
+            "its reads would see a snapshot older than its lock (migration annotations/0007)"
+        )
 
 
 def _deferred(cursor) -> bool:
@@ -479,25 +495,33 @@ def _deferred(cursor) -> bool:
 
 @contextmanager
 def nearest_kept_in_bulk(*, rows: int) -> Iterator[None]:
-    """Around a bulk write of `rows` annotations in the current transaction on PostgreSQL:
-    when it is large (`NEAREST_BULK_ROWS`, and a tenth of the table), the trigger leaves the
-    kept table alone during it and `nearest_rebuild` fills it once at the end (a million rows
-    one by one would probe the GiST index millions of times). Elsewhere, and for small writes,
-    it does nothing: the trigger keeps the table row by row. Nested, the outermost rebuilds."""
+    """Around a bulk write of `rows` annotations on PostgreSQL: when it is large
+    (`NEAREST_BULK_ROWS`, and a tenth of the table), the trigger leaves the kept table alone
+    during it and `nearest_rebuild` fills it once at the end (a million rows one by one would
+    probe the GiST index millions of times). Elsewhere, and for small writes, it does nothing:
+    the trigger keeps the table row by row. Nested, the outermost rebuilds.
+
+    A large block is a transaction of its own, or a savepoint of the caller's. The deferral is
+    transaction-local (`set_config(..., true)`, as SET LOCAL: it ends with the transaction, and
+    a rollback to a savepoint taken before it undoes it), so an exception leaving the block
+    undoes the block's writes and the deferral together: a caller that catches it goes on with
+    the trigger on and the table as it was. Like the trigger, it refuses to defer above READ
+    COMMITTED (`nearest_rebuild`)."""
     if connection.vendor != "postgresql" or rows < NEAREST_BULK_ROWS:
         yield
         return
-    assert connection.in_atomic_block, "a bulk write holds its transaction"
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM {TABLE}")
-        deferred = rows * 10 >= cursor.fetchone()[0] and not _deferred(cursor)
-        if deferred:
-            cursor.execute("SELECT set_config(%s, 'on', true)", [NEAREST_DEFERRED])
-    yield
-    if deferred:
-        nearest_rebuild()
+    with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config(%s, 'off', true)", [NEAREST_DEFERRED])
+            cursor.execute(f"SELECT count(*) FROM {TABLE}")
+            deferred = rows * 10 >= cursor.fetchone()[0] and not _deferred(cursor)
+            if deferred:
+                _read_committed_check(cursor)
+                cursor.execute("SELECT set_config(%s, 'on', true)", [NEAREST_DEFERRED])
+        yield
+        if deferred:
+            nearest_rebuild()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config(%s, 'off', true)", [NEAREST_DEFERRED])
 
 
 def _probe_pairs_sql(bbox: BBox) -> tuple[str, str, dict[str, Any]]:

@@ -779,3 +779,53 @@ def test_writers_whose_locks_crossed_both_commit(spatial_db, order):
     one)."""
     out = spatial_db.shell(CROSSING.format(order=order)).strip().splitlines()[-1]
     assert json.loads(out) == {"first": "committed", "second": "committed"}
+
+
+def test_a_failed_bulk_block_leaves_the_trigger_on(spatial_db):
+    """An exception inside `nearest_kept_in_bulk` that its caller catches: the block's writes
+    are undone with the deferral, and the next write is kept row by row. A rebuild refuses to
+    run under REPEATABLE READ (its snapshot would be older than its lock)."""
+    script = (
+        KEPT_HELPERS
+        + """
+from geosense.annotations import services
+
+
+def point(lon, lat):
+    return {"type": "Point", "coordinates": [lon, lat]}
+
+
+out = {}
+with transaction.atomic():
+    try:
+        with postgis.nearest_kept_in_bulk(rows=postgis.NEAREST_BULK_ROWS):
+            services.annotation_create(category="failed_tree", geometry=point(13.0, 13.0))
+            raise ValueError("the import found a bad feature")
+    except ValueError:
+        pass
+    with connection.cursor() as cursor:
+        out["deferred"] = postgis._deferred(cursor)
+    services.annotation_create(category="failed_house", geometry=point(13.00005, 13.0))
+    services.annotation_create(category="failed_tree", geometry=point(13.0001, 13.0))
+    out["check"] = check()
+    out["trees"] = services.Annotation.objects.filter(category="failed_tree").count()
+    transaction.set_rollback(True)
+try:
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        postgis.nearest_rebuild()
+        transaction.set_rollback(True)
+    out["repeatable read"] = "rebuilt"
+except Exception as exc:
+    out["repeatable read"] = type(exc).__name__
+print(json.dumps(out))
+"""
+    )
+    out = json.loads(spatial_db.shell(script).strip().splitlines()[-1])
+    assert out == {
+        "deferred": False,
+        "check": {"stale": [], "answers": []},
+        "trees": 1,
+        "repeatable read": "RuntimeError",
+    }
