@@ -372,6 +372,113 @@ def nearest_planar_sql(a: str, b: str, scale: str) -> str:
     return _planar_distance_sql(a, _near_side_sql(a, b), scale)
 
 
+NEAREST_FIND = "annotations_nearest_find"
+NEAREST_SYNC = "annotations_nearest_sync"
+NEAREST_CLEAR = "annotations_nearest_clear"
+_KEPT_COLUMNS = "source_id, target_category, source_category, target_id, planar, metres, slack"
+_KEPT_UPSERT = (
+    "ON CONFLICT (source_id, target_category) DO UPDATE SET"
+    " source_category = EXCLUDED.source_category, target_id = EXCLUDED.target_id,"
+    " planar = EXCLUDED.planar, metres = EXCLUDED.metres, slack = EXCLUDED.slack"
+)
+
+
+def nearest_functions_sql() -> dict[str, str]:
+    """The bodies of the database functions that keep the table, by name, as this code renders
+    them today (with its reach, its lock and its ranking and metres helpers): the trigger's
+    (`NEAREST_SYNC`), the nearest-finding one it calls (`NEAREST_FIND`) and the TRUNCATE
+    trigger's (`NEAREST_CLEAR`).
+
+    The migrations install them as literal text (annotations/0007 and 0008), so that a later
+    change here cannot silently change what an upgraded database runs; the scale tests compare
+    the migrated database's functions with this render, so a change to the reach, the lock or
+    the helpers fails until a new migration installs the new functions and rebuilds the table.
+    That test is also what keeps `_within_kept` (which trusts the table up to the code's
+    `NEAREST_REACH_M`) within the reach the database keeps."""
+    reach = nearest_reach()
+    # A pair is a candidate when its planar distance is within the reach over the least metres
+    # in a degree of latitude (as in the join).
+    planar_reach = reach / MERIDIAN_DEGREE_M
+    # A source's own geometry sg and its nearest tg, in the source's plane `scale`.
+    metres, slack = nearest_measures_sql(nearest_exact_sql("sg", "tg", "scale"))
+    scale = _conformal_scale_sql("min_lat")
+    find = f"""
+INSERT INTO {NEAREST_TABLE} ({_KEPT_COLUMNS})
+SELECT source_id, target_category, source_category, target_id, planar, {metres}, {slack}
+FROM (
+  SELECT DISTINCT ON (t.category) s.id AS source_id, t.category AS target_category,
+         s.category AS source_category, t.id AS target_id, s.geom AS sg, t.geom AS tg,
+         s.scale, s.min_lat AS lat0, s.max_lat AS lat1, p.planar
+  FROM (SELECT id, category, geom, min_lat, max_lat, {scale} AS scale
+        FROM {TABLE} WHERE id = sid) s
+  JOIN {TABLE} t
+    ON t.geom::geography && _ST_Expand(s.geom::geography, {reach!r}) AND t.id <> s.id
+  CROSS JOIN LATERAL (SELECT {nearest_planar_sql("s.geom", "t.geom", "s.scale")}
+                      AS planar) p
+  WHERE t.deleted_at IS NULL AND (of_class IS NULL OR t.category = of_class)
+    AND p.planar <= {planar_reach!r}
+  ORDER BY t.category, p.planar, t.id
+) nearest
+{_KEPT_UPSERT}
+"""
+    sync = f"""
+DECLARE
+    sources bigint[];
+    classes text[];
+BEGIN
+    IF TG_OP = 'UPDATE' AND (OLD.deleted_at IS NULL) = (NEW.deleted_at IS NULL)
+       AND OLD.category = NEW.category
+       AND OLD.geom::bytea IS NOT DISTINCT FROM NEW.geom::bytea THEN
+        RETURN NULL;
+    END IF;
+    IF current_setting('{NEAREST_DEFERRED}', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'annotations are written in READ COMMITTED transactions only'
+            USING HINT = 'the nearest table''s trigger reads what others committed '
+                         'after its lock (migration annotations/0007)';
+    END IF;
+    PERFORM pg_advisory_xact_lock({NEAREST_LOCK});
+    IF TG_OP <> 'INSERT' AND OLD.deleted_at IS NULL THEN
+        DELETE FROM {NEAREST_TABLE} WHERE source_id = OLD.id;
+        WITH gone AS (DELETE FROM {NEAREST_TABLE} WHERE target_id = OLD.id
+                      RETURNING source_id, target_category)
+        SELECT array_agg(source_id), array_agg(target_category) INTO sources, classes FROM gone;
+        FOR i IN 1 .. coalesce(array_length(sources, 1), 0) LOOP
+            PERFORM {NEAREST_FIND}(sources[i], classes[i]);
+        END LOOP;
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.deleted_at IS NULL AND NEW.geom IS NOT NULL THEN
+        PERFORM {NEAREST_FIND}(NEW.id, NULL);
+        INSERT INTO {NEAREST_TABLE} AS kept ({_KEPT_COLUMNS})
+        SELECT source_id, NEW.category, source_category, NEW.id, planar, {metres}, {slack}
+        FROM (
+          SELECT y.id AS source_id, y.category AS source_category, y.geom AS sg,
+                 NEW.geom AS tg, y.scale, y.min_lat AS lat0, y.max_lat AS lat1,
+                 {nearest_planar_sql("y.geom", "NEW.geom", "y.scale")} AS planar
+          FROM (SELECT id, category, geom, min_lat, max_lat, {scale} AS scale
+                FROM {TABLE}
+                WHERE geom::geography && _ST_Expand(NEW.geom::geography, {reach!r})
+                  AND id <> NEW.id AND deleted_at IS NULL) y
+        ) neighbours
+        WHERE planar <= {planar_reach!r}
+        {_KEPT_UPSERT}
+        WHERE (EXCLUDED.planar, EXCLUDED.target_id) < (kept.planar, kept.target_id);
+    END IF;
+    RETURN NULL;
+END
+"""
+    clear = f"""
+BEGIN
+    PERFORM pg_advisory_xact_lock({NEAREST_LOCK});
+    TRUNCATE {NEAREST_TABLE};
+    RETURN NULL;
+END
+"""
+    return {NEAREST_FIND: find, NEAREST_SYNC: sync, NEAREST_CLEAR: clear}
+
+
 # (source id, target id, metres) as `int8send`, `int8send` and `float8send` write them.
 _PAIR_BYTES = np.dtype([("source", ">i8"), ("target", ">i8"), ("metres", ">f8")])
 
@@ -394,7 +501,9 @@ def _within_kept(*, source: str, target: str, distance_m: float) -> WithinPairs:
     range scan on (source_category, target_category, metres), sorted here. Its rows hold the nearest by the
     join's ranking and the join's metres (`_plane_metres_sql`): a row whose plane's metres
     cannot put it on its side of distance_m (within its slack) is measured on the spheroid,
-    as there."""
+    as there. It is asked only up to the code's `NEAREST_REACH_M`: the scale tests keep the
+    database's functions equal to the code's render of them (`nearest_functions_sql`), reach
+    included."""
     rows = _pairs_in_bytes(
         f"""
         SELECT source_id, target_id, metres FROM (

@@ -781,6 +781,40 @@ def test_writers_whose_locks_crossed_both_commit(spatial_db, order):
     assert json.loads(out) == {"first": "committed", "second": "committed"}
 
 
+def test_the_database_runs_the_functions_the_code_renders(spatial_db):
+    """The kept table's functions in the migrated database are, to the whitespace, what
+    `postgis` renders today with its reach, lock and SQL helpers: a change to any of them fails
+    here until a migration installs the new functions (and rebuilds the table)."""
+    script = """
+import json
+from geosense.annotations import postgis
+today = postgis.nearest_functions_sql()
+postgis.NEAREST_REACH_M += 10
+print(json.dumps({"today": today, "farther": postgis.nearest_functions_sql()}))
+"""
+    out = json.loads(spatial_db.shell(script).strip().splitlines()[-1])
+    installed = dict(
+        spatial_db.sql(
+            "SELECT proname, prosrc FROM pg_proc WHERE proname = ANY(%s)", (list(out["today"]),)
+        )
+    )
+
+    def words(bodies: dict[str, str]) -> dict[str, list[str]]:
+        return {name: body.split() for name, body in bodies.items()}
+
+    assert (
+        set(installed)
+        == set(out["today"])
+        == {
+            "annotations_nearest_find",
+            "annotations_nearest_sync",
+            "annotations_nearest_clear",
+        }
+    )
+    assert words(installed) == words(out["today"])
+    assert words(installed) != words(out["farther"])
+
+
 def test_a_failed_bulk_block_leaves_the_trigger_on(spatial_db):
     """An exception inside `nearest_kept_in_bulk` that its caller catches: the block's writes
     are undone with the deferral, and the next write is kept row by row. A rebuild refuses to

@@ -41,58 +41,67 @@ this migration builds it the same way.
 On SQLite (and any other database) the migration does nothing.
 """
 
-from importlib import import_module
-
 from django.db import migrations
 
-from geosense.annotations import postgis
-
-geom = import_module("geosense.annotations.migrations.0005_postgis_geom")
-TABLE, NEAREST = geom.TABLE, postgis.NEAREST_TABLE
+# The SQL below is this migration's, as `postgis.nearest_functions_sql()` rendered it when it was
+# written (reach 20 m widened as the join widens it: 20.41 m, 0.000184582... degrees of latitude;
+# lock 180007; metres and slack of `postgis.nearest_measures_sql`, ranking of
+# `postgis.nearest_planar_sql`), laid out to be read: the scale tests compare the functions of a
+# migrated database with the code's render, so a change there needs a new migration.
+TABLE, NEAREST = "annotations_annotation", "annotations_nearest"
 FIND = "annotations_nearest_find"
 FUNCTION = "annotations_nearest_sync"
 TRIGGER = "annotations_nearest_sync"
-REACH = postgis.nearest_reach()
-# A pair is a candidate when its planar distance is within the reach over the least metres in a
-# degree of latitude (as in the join).
-PLANAR_REACH = REACH / postgis.MERIDIAN_DEGREE_M
-COLUMNS = "source_id, target_category, source_category, target_id, planar, metres, slack"
-UPSERT = (
-    "ON CONFLICT (source_id, target_category) DO UPDATE SET"
-    " source_category = EXCLUDED.source_category, target_id = EXCLUDED.target_id,"
-    " planar = EXCLUDED.planar, metres = EXCLUDED.metres, slack = EXCLUDED.slack"
-)
-# A source's own geometry sg and its nearest tg, in the source's plane `scale`.
-METRES, SLACK = postgis.nearest_measures_sql(postgis.nearest_exact_sql("sg", "tg", "scale"))
 
 # The nearest live annotation of class `of_class` (every class when NULL) to annotation `sid`,
 # probed through the geography index, as rows of the table.
-FIND_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION {FIND}(sid bigint, of_class text) RETURNS void
+FIND_FUNCTION = """
+CREATE OR REPLACE FUNCTION annotations_nearest_find(sid bigint, of_class text) RETURNS void
 LANGUAGE sql VOLATILE AS $$
-INSERT INTO {NEAREST} ({COLUMNS})
-SELECT source_id, target_category, source_category, target_id, planar, {METRES}, {SLACK}
+INSERT INTO annotations_nearest (source_id, target_category, source_category, target_id, planar, metres, slack)
+SELECT source_id, target_category, source_category, target_id, planar,
+       CASE WHEN greatest(abs(lat0 - planar), abs(lat1 + planar)) < 89
+                 AND (radians(lat1 - lat0 + planar)
+                      * (tan(radians(greatest(abs(lat0 - planar), abs(lat1 + planar)))) + 0.0101)) <= 1e-05
+            THEN (planar * 110574.2758215945 / (1 - 0.00669437999014 * sin(radians(lat0))^2) ^ 1.5)
+            ELSE ST_Length(ST_Scale(ST_ShortestLine(ST_Scale(sg, scale, 1),
+                   ST_Scale(CASE WHEN ST_XMin(sg) - ST_XMax(tg) > 180 THEN ST_Translate(tg, 360, 0)
+                                 WHEN ST_XMin(tg) - ST_XMax(sg) > 180 THEN ST_Translate(tg, -360, 0)
+                                 ELSE tg END, scale, 1)), 1 / scale, 1)::geography)
+       END,
+       CASE WHEN greatest(abs(lat0 - planar), abs(lat1 + planar)) < 89
+                 AND (radians(lat1 - lat0 + planar)
+                      * (tan(radians(greatest(abs(lat0 - planar), abs(lat1 + planar)))) + 0.0101)) <= 1e-05
+            THEN 2 * (radians(lat1 - lat0 + planar)
+                      * (tan(radians(greatest(abs(lat0 - planar), abs(lat1 + planar)))) + 0.0101))
+            ELSE 0
+       END
 FROM (
   SELECT DISTINCT ON (t.category) s.id AS source_id, t.category AS target_category,
          s.category AS source_category, t.id AS target_id, s.geom AS sg, t.geom AS tg,
          s.scale, s.min_lat AS lat0, s.max_lat AS lat1, p.planar
   FROM (SELECT id, category, geom, min_lat, max_lat,
-               {postgis._conformal_scale_sql("min_lat")} AS scale
-        FROM {TABLE} WHERE id = sid) s
-  JOIN {TABLE} t
-    ON t.geom::geography && _ST_Expand(s.geom::geography, {REACH!r}) AND t.id <> s.id
-  CROSS JOIN LATERAL (SELECT {postgis.nearest_planar_sql("s.geom", "t.geom", "s.scale")}
+               (cos(radians(min_lat)) * (1 - 0.00669437999014 * sin(radians(min_lat))^2) / (1 - 0.00669437999014)) AS scale
+        FROM annotations_annotation WHERE id = sid) s
+  JOIN annotations_annotation t
+    ON t.geom::geography && _ST_Expand(s.geom::geography, 20.41) AND t.id <> s.id
+  CROSS JOIN LATERAL (SELECT ST_Distance(ST_Scale(s.geom, s.scale, 1),
+                        ST_Scale(CASE WHEN ST_XMin(s.geom) - ST_XMax(t.geom) > 180 THEN ST_Translate(t.geom, 360, 0)
+                                      WHEN ST_XMin(t.geom) - ST_XMax(s.geom) > 180 THEN ST_Translate(t.geom, -360, 0)
+                                      ELSE t.geom END, s.scale, 1))
                       AS planar) p
   WHERE t.deleted_at IS NULL AND (of_class IS NULL OR t.category = of_class)
-    AND p.planar <= {PLANAR_REACH!r}
+    AND p.planar <= 0.0001845822706965471
   ORDER BY t.category, p.planar, t.id
 ) nearest
-{UPSERT}
+ON CONFLICT (source_id, target_category) DO UPDATE SET
+  source_category = EXCLUDED.source_category, target_id = EXCLUDED.target_id,
+  planar = EXCLUDED.planar, metres = EXCLUDED.metres, slack = EXCLUDED.slack
 $$;
 """
 
-SYNC_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION {FUNCTION}() RETURNS trigger
+SYNC_FUNCTION = """
+CREATE OR REPLACE FUNCTION annotations_nearest_sync() RETURNS trigger
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     sources bigint[];
@@ -100,10 +109,10 @@ DECLARE
 BEGIN
     IF TG_OP = 'UPDATE' AND (OLD.deleted_at IS NULL) = (NEW.deleted_at IS NULL)
        AND OLD.category = NEW.category
-       AND OLD.{geom.COLUMN}::bytea IS NOT DISTINCT FROM NEW.{geom.COLUMN}::bytea THEN
+       AND OLD.geom::bytea IS NOT DISTINCT FROM NEW.geom::bytea THEN
         RETURN NULL;
     END IF;
-    IF current_setting('{postgis.NEAREST_DEFERRED}', true) = 'on' THEN
+    IF current_setting('geosense.nearest_deferred', true) = 'on' THEN
         RETURN NULL;
     END IF;
     IF current_setting('transaction_isolation') <> 'read committed' THEN
@@ -111,32 +120,53 @@ BEGIN
             USING HINT = 'the nearest table''s trigger reads what others committed '
                          'after its lock (migration annotations/0007)';
     END IF;
-    PERFORM pg_advisory_xact_lock({postgis.NEAREST_LOCK});
+    PERFORM pg_advisory_xact_lock(180007);
     IF TG_OP <> 'INSERT' AND OLD.deleted_at IS NULL THEN
-        DELETE FROM {NEAREST} WHERE source_id = OLD.id;
-        WITH gone AS (DELETE FROM {NEAREST} WHERE target_id = OLD.id
+        DELETE FROM annotations_nearest WHERE source_id = OLD.id;
+        WITH gone AS (DELETE FROM annotations_nearest WHERE target_id = OLD.id
                       RETURNING source_id, target_category)
         SELECT array_agg(source_id), array_agg(target_category) INTO sources, classes FROM gone;
         FOR i IN 1 .. coalesce(array_length(sources, 1), 0) LOOP
-            PERFORM {FIND}(sources[i], classes[i]);
+            PERFORM annotations_nearest_find(sources[i], classes[i]);
         END LOOP;
     END IF;
-    IF TG_OP <> 'DELETE' AND NEW.deleted_at IS NULL AND NEW.{geom.COLUMN} IS NOT NULL THEN
-        PERFORM {FIND}(NEW.id, NULL);
-        INSERT INTO {NEAREST} AS kept ({COLUMNS})
-        SELECT source_id, NEW.category, source_category, NEW.id, planar, {METRES}, {SLACK}
+    IF TG_OP <> 'DELETE' AND NEW.deleted_at IS NULL AND NEW.geom IS NOT NULL THEN
+        PERFORM annotations_nearest_find(NEW.id, NULL);
+        INSERT INTO annotations_nearest AS kept (source_id, target_category, source_category, target_id, planar, metres, slack)
+        SELECT source_id, NEW.category, source_category, NEW.id, planar,
+               CASE WHEN greatest(abs(lat0 - planar), abs(lat1 + planar)) < 89
+                         AND (radians(lat1 - lat0 + planar)
+                              * (tan(radians(greatest(abs(lat0 - planar), abs(lat1 + planar)))) + 0.0101)) <= 1e-05
+                    THEN (planar * 110574.2758215945 / (1 - 0.00669437999014 * sin(radians(lat0))^2) ^ 1.5)
+                    ELSE ST_Length(ST_Scale(ST_ShortestLine(ST_Scale(sg, scale, 1),
+                           ST_Scale(CASE WHEN ST_XMin(sg) - ST_XMax(tg) > 180 THEN ST_Translate(tg, 360, 0)
+                                         WHEN ST_XMin(tg) - ST_XMax(sg) > 180 THEN ST_Translate(tg, -360, 0)
+                                         ELSE tg END, scale, 1)), 1 / scale, 1)::geography)
+               END,
+               CASE WHEN greatest(abs(lat0 - planar), abs(lat1 + planar)) < 89
+                         AND (radians(lat1 - lat0 + planar)
+                              * (tan(radians(greatest(abs(lat0 - planar), abs(lat1 + planar)))) + 0.0101)) <= 1e-05
+                    THEN 2 * (radians(lat1 - lat0 + planar)
+                              * (tan(radians(greatest(abs(lat0 - planar), abs(lat1 + planar)))) + 0.0101))
+                    ELSE 0
+               END
         FROM (
           SELECT y.id AS source_id, y.category AS source_category, y.geom AS sg,
-                 NEW.{geom.COLUMN} AS tg, y.scale, y.min_lat AS lat0, y.max_lat AS lat1,
-                 {postgis.nearest_planar_sql("y.geom", "NEW.geom", "y.scale")} AS planar
+                 NEW.geom AS tg, y.scale, y.min_lat AS lat0, y.max_lat AS lat1,
+                 ST_Distance(ST_Scale(y.geom, y.scale, 1),
+                   ST_Scale(CASE WHEN ST_XMin(y.geom) - ST_XMax(NEW.geom) > 180 THEN ST_Translate(NEW.geom, 360, 0)
+                                 WHEN ST_XMin(NEW.geom) - ST_XMax(y.geom) > 180 THEN ST_Translate(NEW.geom, -360, 0)
+                                 ELSE NEW.geom END, y.scale, 1)) AS planar
           FROM (SELECT id, category, geom, min_lat, max_lat,
-                       {postgis._conformal_scale_sql("min_lat")} AS scale
-                FROM {TABLE}
-                WHERE geom::geography && _ST_Expand(NEW.geom::geography, {REACH!r})
+                       (cos(radians(min_lat)) * (1 - 0.00669437999014 * sin(radians(min_lat))^2) / (1 - 0.00669437999014)) AS scale
+                FROM annotations_annotation
+                WHERE geom::geography && _ST_Expand(NEW.geom::geography, 20.41)
                   AND id <> NEW.id AND deleted_at IS NULL) y
         ) neighbours
-        WHERE planar <= {PLANAR_REACH!r}
-        {UPSERT}
+        WHERE planar <= 0.0001845822706965471
+        ON CONFLICT (source_id, target_category) DO UPDATE SET
+          source_category = EXCLUDED.source_category, target_id = EXCLUDED.target_id,
+          planar = EXCLUDED.planar, metres = EXCLUDED.metres, slack = EXCLUDED.slack
         WHERE (EXCLUDED.planar, EXCLUDED.target_id) < (kept.planar, kept.target_id);
     END IF;
     RETURN NULL;
@@ -157,7 +187,7 @@ FORWARD = [
     FIND_FUNCTION,
     SYNC_FUNCTION,
     f"""CREATE TRIGGER {TRIGGER} AFTER INSERT OR DELETE
-        OR UPDATE OF geometry, {geom.COLUMN}, category, deleted_at ON {TABLE}
+        OR UPDATE OF geometry, geom, category, deleted_at ON {TABLE}
         FOR EACH ROW EXECUTE FUNCTION {FUNCTION}()""",
 ]
 
@@ -170,11 +200,15 @@ BACKWARD = [
 
 
 def forward(apps, schema_editor) -> None:
+    from geosense.annotations import postgis
+
     if schema_editor.connection.vendor != "postgresql":
         return
     for statement in FORWARD:
         schema_editor.execute(statement, params=None)  # None: '%' is no placeholder
-    postgis.nearest_rebuild()  # and its indexes (`postgis.NEAREST_INDEXES`)
+    # The first fill, and its indexes: the code's set-based build, the one bulk writers run (its
+    # ranking and metres are the trigger's: the scale tests compare the two).
+    postgis.nearest_rebuild(using=schema_editor.connection.alias)
 
 
 def backward(apps, schema_editor) -> None:

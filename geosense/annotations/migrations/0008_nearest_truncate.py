@@ -8,31 +8,29 @@ it, under the same advisory lock as every other write of the table.
 On SQLite (and any other database) the migration does nothing.
 """
 
-from importlib import import_module
-
 from django.db import migrations
 
-from geosense.annotations import postgis
-
-kept = import_module("geosense.annotations.migrations.0007_nearest_kept")
+# Literal SQL, as `postgis.nearest_functions_sql()` rendered it (lock 180007): the scale tests
+# compare it with the code's render.
+TABLE, NEAREST = "annotations_annotation", "annotations_nearest"
 FUNCTION = "annotations_nearest_clear"
 TRIGGER = "annotations_nearest_clear"
 
 FORWARD = [
-    f"""CREATE OR REPLACE FUNCTION {FUNCTION}() RETURNS trigger
+    """CREATE OR REPLACE FUNCTION annotations_nearest_clear() RETURNS trigger
     LANGUAGE plpgsql VOLATILE AS $$
     BEGIN
-        PERFORM pg_advisory_xact_lock({postgis.NEAREST_LOCK});
-        TRUNCATE {kept.NEAREST};
+        PERFORM pg_advisory_xact_lock(180007);
+        TRUNCATE annotations_nearest;
         RETURN NULL;
     END
     $$""",
-    f"""CREATE TRIGGER {TRIGGER} AFTER TRUNCATE ON {kept.TABLE}
+    f"""CREATE TRIGGER {TRIGGER} AFTER TRUNCATE ON {TABLE}
         FOR EACH STATEMENT EXECUTE FUNCTION {FUNCTION}()""",
 ]
 
 BACKWARD = [
-    f"DROP TRIGGER IF EXISTS {TRIGGER} ON {kept.TABLE}",
+    f"DROP TRIGGER IF EXISTS {TRIGGER} ON {TABLE}",
     f"DROP FUNCTION IF EXISTS {FUNCTION}()",
 ]
 
