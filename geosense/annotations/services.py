@@ -4,9 +4,10 @@ The demo user is the accounts' concern (`geosense.accounts.services.demo_user_en
 `seed_demo` command runs both.
 
 Every write that bypasses `Model.save` bumps `AnnotationRevision`, so that the spatial
-indexes cached in every process rebuild on their next query. On PostgreSQL a bulk write goes
-through `postgis.nearest_kept_in_bulk`, so the database's table of nearest annotations is
-rebuilt once after it rather than kept row by row.
+indexes cached in every process rebuild on their next query. On PostgreSQL a bulk write (the
+seed's delete and insert, an import's in-place updates and inserts) goes through
+`postgis.nearest_kept_in_bulk`, so the database's table of nearest annotations is rebuilt once
+after a large one rather than kept row by row.
 """
 
 import json
@@ -379,23 +380,25 @@ def annotations_import_geojson(
             and key in before
             and _update_in_place(before[key], category, geom, attrs)
         ]
-        if changed:
-            Annotation.all_objects.bulk_update(changed, UPDATED_FIELDS, batch_size=INSERT_BATCH)
-            AnnotationRevision.bump()
-        created = (
-            _bulk_insert(
-                categories=[parsed.categories[n] for n in new],
-                geoms_lonlat=np.array([parsed.geoms[n] for n in new], dtype=object),
-                attributes=[parsed.attributes[n] for n in new],
-                vectors=[
-                    {DEFAULT_VECTOR: shape_vector(parsed.geoms[n], parsed.attributes[n])}
-                    for n in new
-                ],
-                source=source,
+        # In-place updates and inserts together: one rebuild when they are many, as for inserts.
+        with postgis.nearest_kept_in_bulk(rows=len(changed) + len(new)):
+            if changed:
+                Annotation.all_objects.bulk_update(changed, UPDATED_FIELDS, batch_size=INSERT_BATCH)
+                AnnotationRevision.bump()
+            created = (
+                _bulk_insert(
+                    categories=[parsed.categories[n] for n in new],
+                    geoms_lonlat=np.array([parsed.geoms[n] for n in new], dtype=object),
+                    attributes=[parsed.attributes[n] for n in new],
+                    vectors=[
+                        {DEFAULT_VECTOR: shape_vector(parsed.geoms[n], parsed.attributes[n])}
+                        for n in new
+                    ],
+                    source=source,
+                )
+                if new
+                else 0
             )
-            if new
-            else 0
-        )
     matched = len(parsed.keys) - len(new)
     return ImportReport(
         created=created,

@@ -863,3 +863,42 @@ print(json.dumps(out))
         "trees": 1,
         "repeatable read": "RuntimeError",
     }
+
+
+def test_an_import_moving_many_features_rebuilds_the_table_once(spatial_db):
+    """A second import of a source that moves 1,000 of its features in place goes through the
+    bulk path as its inserts do (the trigger off, one rebuild: its indexes are made anew)
+    rather than 1,000 trigger runs under the one lock; the table then holds what a rebuild
+    finds."""
+    script = (
+        KEPT_HELPERS
+        + """
+from geosense.annotations import services
+from geosense.annotations.models import Annotation
+
+
+def sql(statement):
+    with connection.cursor() as cursor:
+        cursor.execute(statement)
+        return cursor.fetchall()
+
+
+def collection(shift):
+    return {"type": "FeatureCollection", "features": [
+        {"type": "Feature", "id": n, "properties": {"class": "moved_tree" if n % 2 else "moved_house"},
+         "geometry": {"type": "Point", "coordinates": [14.0 + 0.0001 * n, 14.0 + shift]}}
+        for n in range(postgis.NEAREST_BULK_ROWS)]}
+
+
+INDEX = "SELECT 'annotations_nearest_question'::regclass::oid"
+services.annotations_import_geojson(collection=collection(0.0), source="moved")
+before = sql(INDEX)
+report = services.annotations_import_geojson(collection=collection(0.00003), source="moved")
+out = {"updated": report.updated, "rebuilt": sql(INDEX) != before, "check": check()}
+with transaction.atomic(), postgis.nearest_kept_in_bulk(rows=postgis.NEAREST_BULK_ROWS):
+    Annotation.all_objects.filter(source="moved").delete()
+print(json.dumps(out))
+"""
+    )
+    out = json.loads(spatial_db.shell(script).strip().splitlines()[-1])
+    assert out == {"updated": 1000, "rebuilt": True, "check": {"stale": [], "answers": []}}
