@@ -95,10 +95,11 @@ class AnnotationRevision(models.Model):
         page hears of it once the transaction commits (`annotations-changed`).
 
         On PostgreSQL it first takes the kept nearest table's lock (`NEAREST_LOCK`, re-entrant
-        within a transaction), so every writer takes that lock before this row: a write's
-        trigger takes it before the write's bump, and a writer that bumps before its first
-        trigger run or its rebuild (a seed, an import) would otherwise hold this row while
-        waiting for the lock that a concurrent delete holds while waiting for this row."""
+        within a transaction), so every writer takes that lock before this row, as every
+        statement writing annotations takes it before their rows (migration annotations/0009):
+        a writer that bumped before its first trigger run or its rebuild (a seed, an import)
+        held this row while waiting for the lock that a concurrent delete held while waiting
+        for this row."""
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [NEAREST_LOCK])

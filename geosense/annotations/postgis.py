@@ -375,6 +375,7 @@ def nearest_planar_sql(a: str, b: str, scale: str) -> str:
 NEAREST_FIND = "annotations_nearest_find"
 NEAREST_SYNC = "annotations_nearest_sync"
 NEAREST_CLEAR = "annotations_nearest_clear"
+NEAREST_LOCK_FIRST = "annotations_nearest_lock_first"
 _KEPT_COLUMNS = "source_id, target_category, source_category, target_id, planar, metres, slack"
 _KEPT_UPSERT = (
     "ON CONFLICT (source_id, target_category) DO UPDATE SET"
@@ -386,10 +387,11 @@ _KEPT_UPSERT = (
 def nearest_functions_sql() -> dict[str, str]:
     """The bodies of the database functions that keep the table, by name, as this code renders
     them today (with its reach, its lock and its ranking and metres helpers): the trigger's
-    (`NEAREST_SYNC`), the nearest-finding one it calls (`NEAREST_FIND`) and the TRUNCATE
-    trigger's (`NEAREST_CLEAR`).
+    (`NEAREST_SYNC`), the nearest-finding one it calls (`NEAREST_FIND`), the TRUNCATE
+    trigger's (`NEAREST_CLEAR`) and the statement trigger's that takes the lock before any row
+    of a write is locked (`NEAREST_LOCK_FIRST`).
 
-    The migrations install them as literal text (annotations/0007 and 0008), so that a later
+    The migrations install them as literal text (annotations/0007 to 0009), so that a later
     change here cannot silently change what an upgraded database runs; the scale tests compare
     the migrated database's functions with this render, so a change to the reach, the lock or
     the helpers fails until a new migration installs the new functions and rebuilds the table.
@@ -476,7 +478,18 @@ BEGIN
     RETURN NULL;
 END
 """
-    return {NEAREST_FIND: find, NEAREST_SYNC: sync, NEAREST_CLEAR: clear}
+    lock_first = f"""
+BEGIN
+    PERFORM pg_advisory_xact_lock({NEAREST_LOCK});
+    RETURN NULL;
+END
+"""
+    return {
+        NEAREST_FIND: find,
+        NEAREST_SYNC: sync,
+        NEAREST_CLEAR: clear,
+        NEAREST_LOCK_FIRST: lock_first,
+    }
 
 
 # (source id, target id, metres) as `int8send`, `int8send` and `float8send` write them.

@@ -781,6 +781,73 @@ def test_writers_whose_locks_crossed_both_commit(spatial_db, order):
     assert json.loads(out) == {"first": "committed", "second": "committed"}
 
 
+TWO_STATEMENTS = """
+import json, threading, time
+from django.db import connection, transaction
+from geosense.annotations import services
+from geosense.annotations.models import Annotation
+
+first_id, second_id = Annotation.objects.filter(category="tree").order_by("id").values_list(
+    "id", flat=True)[:2]
+started, results = threading.Event(), {}
+
+
+def second_waits():
+    for _ in range(200):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            if cursor.fetchone()[0]:
+                return
+        time.sleep(0.05)
+
+
+def first():
+    try:
+        with transaction.atomic():
+            services.annotations_soft_delete(ids=[first_id])
+            started.set()
+            second_waits()
+            Annotation.objects.filter(id=second_id).update(category="two_statements")
+        results["first"] = "committed"
+    except Exception as exc:
+        results["first"] = repr(exc)
+    finally:
+        started.set()
+        connection.close()
+
+
+def second():
+    started.wait(30)
+    try:
+        services.annotations_soft_delete(ids=[second_id])
+        results["second"] = "committed"
+    except Exception as exc:
+        results["second"] = repr(exc)
+    finally:
+        connection.close()
+
+
+threads = [threading.Thread(target=first, daemon=True), threading.Thread(target=second, daemon=True)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join(60)
+Annotation.all_objects.filter(id=second_id).update(category="tree")
+services.annotations_restore(ids=[first_id, second_id])
+print(json.dumps(results))
+"""
+
+
+def test_a_writer_of_two_statements_and_a_writer_of_its_second_row_both_commit(spatial_db):
+    """A transaction that deletes one annotation and then edits another, while a second
+    deletes that other one: both commit. Every statement on the annotations takes the kept
+    table's lock before its row locks (migration annotations/0009); before, the first held the
+    lock from its first trigger run and waited for the row the second had locked while that
+    one's trigger waited for the lock, and PostgreSQL cancelled one as a deadlock."""
+    out = spatial_db.shell(TWO_STATEMENTS).strip().splitlines()[-1]
+    assert json.loads(out) == {"first": "committed", "second": "committed"}
+
+
 def test_the_database_runs_the_functions_the_code_renders(spatial_db):
     """The kept table's functions in the migrated database are, to the whitespace, what
     `postgis` renders today with its reach, lock and SQL helpers: a change to any of them fails
@@ -809,6 +876,7 @@ print(json.dumps({"today": today, "farther": postgis.nearest_functions_sql()}))
             "annotations_nearest_find",
             "annotations_nearest_sync",
             "annotations_nearest_clear",
+            "annotations_nearest_lock_first",
         }
     )
     assert words(installed) == words(out["today"])

@@ -31,7 +31,8 @@ see this one once it gets the lock. Under REPEATABLE READ or SERIALIZABLE the qu
 read the transaction's first snapshot, older than the lock, and could miss a neighbour: the
 trigger refuses such a write instead of keeping a stale nearest. (Two transactions that also
 lock the same annotation rows in opposite orders can deadlock on the lock; PostgreSQL then
-cancels one, which the app's retry or the user sees as a failed write.)
+cancels one, which the app's retry or the user sees as a failed write. Since annotations/0009
+every statement takes the lock before its rows, so annotation writers no longer deadlock on it.)
 
 A bulk writer (`postgis.nearest_kept_in_bulk`: `seed_demo`, a large import) sets
 `geosense.nearest_deferred` for its transaction, so the trigger leaves the table alone, and
