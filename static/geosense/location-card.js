@@ -28,18 +28,18 @@ function element(document, tag, { text, testid, className } = {}) {
 }
 
 /**
- * Returns an `askPermission` for createLocationService: each call appends a card to
- * `container` (the chat transcript) and returns `{answer, close(result)}`. `answer` resolves
+ * Returns an `askPermission` for createLocationService: each call gives a card to `place`
+ * (which puts it in the chat transcript) and returns `{answer, close(result)}`. `answer` resolves
  * once, with 'allow' or 'deny'; the buttons are removed at the first press. `close(result)`
  * shows the request's outcome in the card, which stays in the transcript as a record.
  * `settle()` ends the card without the user: `answer` resolves 'dismiss' (if it has not
  * resolved yet), the buttons are disabled, the card says PENDING and ignores a later `close`.
  *
- * @param {{container: Element | (() => Element), document?: Document}} options
+ * @param {{place: (card: HTMLElement) => void, document?: Document}} options
  * @returns {() => {answer: Promise<'allow' | 'deny' | 'dismiss'>,
  *                  close(result: {status: string}): void, settle(): void}}
  */
-export function createLocationCard({ container, document = globalThis.document }) {
+export function createLocationCard({ place, document = globalThis.document }) {
   return function askPermission() {
     cardCount += 1;
     const headingId = `location-card-heading-${cardCount}`;
@@ -85,7 +85,7 @@ export function createLocationCard({ container, document = globalThis.document }
       dismiss = () => resolve('dismiss');
     });
 
-    (typeof container === 'function' ? container() : container).appendChild(card);
+    place(card);
     return {
       answer,
       close(result) {

@@ -11,6 +11,7 @@ import { pageClientTools } from './page-tools.js';
 import { guardPanelSwaps } from './panel-swaps.js';
 import { groupSessionList } from './sessions-list.js';
 import { SOCKET_STATES, createSessionSocket } from './socket.js';
+import { placeLiveCard } from './transcript.js';
 
 wireLayout({ main: document.querySelector('.chat-layout') });
 const map = createAnnotationMap(document.getElementById('map'));
@@ -26,7 +27,7 @@ function runningTurn() {
   return turns[turns.length - 1] || transcript;
 }
 const location = createLocationService({
-  askPermission: () => createLocationCard({ container: runningTurn })(),
+  askPermission: () => createLocationCard({ place: (card) => placeLiveCard(runningTurn(), card) })(),
 });
 const tools = pageClientTools({ map, location });
 

@@ -67,6 +67,17 @@ function keepLocationCard(fresh, liveCard) {
 }
 
 /**
+ * Where the page's new location card goes in `home` (the running turn): in the place of the
+ * server's card of a call still waiting for it there, when the turn's render landed before
+ * the socket's call (`keepLocationCard` is the other order), else at the end.
+ */
+export function placeLiveCard(home, card) {
+  const waiting = home.querySelectorAll('.location-card[data-status="waiting"]:not([data-live])');
+  if (waiting.length) waiting[waiting.length - 1].replaceWith(card);
+  else home.append(card);
+}
+
+/**
  * @param {{
  *   element: HTMLElement,                  the #transcript
  *   session: () => string | null,          the open chat session

@@ -189,6 +189,46 @@ def test_not_now_on_the_card_declines(context_for, daphne_server):
     assert page.evaluate("window.geoCalls") == 0
 
 
+def test_a_card_asked_after_its_turn_rendered_takes_the_stored_cards_place(
+    context_for, daphne_server
+):
+    """The turn's render (the stored call, "waiting") can land before the socket's invoke:
+    the page's card must then stand in for the stored one, not sit beside it (two cards for
+    one call, seen once in CI). The invoke frame is held until the render is on screen."""
+    _, page = chat_page(context_for, daphne_server)
+    held: list[str] = []
+    page_side = []
+
+    def route(ws) -> None:
+        server = ws.connect_to_server()
+        page_side.append(ws)
+        ws.on_message(server.send)
+        server.on_message(
+            lambda frame: (
+                held.append(frame) if '"client-tool-invoke"' in str(frame) else ws.send(frame)
+            )
+        )
+
+    page.route_web_socket("**/ws/chat/", route)
+    page.reload()
+    session_id = new_session(page)
+
+    ask(page, "where am I?")
+    stored = page.locator('.location-card[data-status="waiting"]')
+    expect(stored).to_be_visible(timeout=10_000)
+    assert len(held) == 1
+    page_side[-1].send(held.pop())
+
+    card = location_cards(page)
+    expect(card).to_have_count(1)
+    expect(card).to_have_attribute("data-live", "true")
+    card.get_by_role("button", name="Not now").click()
+    expect(last_answer(page)).to_contain_text("you chose not to share your location")
+    (result,) = results(daphne_server, session_id)
+    assert result["status"] == "DECLINED"
+    expect(card).to_have_count(1)
+
+
 def test_an_unanswered_card_is_pending_ends_with_its_turn_and_a_grant_answers_the_next_call(
     context_for, daphne_server
 ):
@@ -248,7 +288,9 @@ def test_two_calls_at_once_on_the_page_share_one_card_and_one_browser_request(
           const { createLocationService } = await import('/static/geosense/location.js');
           const { createLocationCard } = await import('/static/geosense/location-card.js');
           const service = createLocationService({
-            askPermission: createLocationCard({ container: document.getElementById('transcript') }),
+            askPermission: createLocationCard({
+              place: (card) => document.getElementById('transcript').append(card),
+            }),
           });
           window.bothCalls = Promise.all([service.get(), service.get()]);
         }"""

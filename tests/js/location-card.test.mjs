@@ -8,7 +8,7 @@ import { answered, fakeClock, fakeDocument, fakeNavigator, flush, track } from '
 function setUp() {
   const document = fakeDocument();
   const transcript = document.createElement('div');
-  const askPermission = createLocationCard({ container: transcript, document });
+  const askPermission = createLocationCard({ place: (card) => transcript.appendChild(card), document });
   return { transcript, askPermission };
 }
 
