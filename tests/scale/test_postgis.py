@@ -3,6 +3,7 @@
 indexes are there. On a PostgreSQL + PostGIS cluster of its own, seeded with the default demo."""
 
 import json
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -702,93 +703,16 @@ def test_a_truncate_of_the_annotations_empties_the_kept_table(spatial_db):
     assert after == 0
 
 
-# Two writers whose locks used to cross: the first holds the revision row (a seed's bump inside
-# its deferred block, or an import's bump after an in-place update of attributes only) and then
-# needs the kept table's lock (its rebuild, or a write's trigger); the second is a user's
-# soft delete, whose trigger takes that lock and whose bump then needs the revision row.
-CROSSING = """
+# Two writers in threads of one `manage.py shell`, each on its own connection: the first runs
+# its body in a transaction and calls `second_waits()` where the second must be blocked on one
+# of its locks; the second starts once the first has begun. The script prints how each ended.
+TWO_WRITERS = """
 import json, threading, time
 from django.db import connection, transaction
 from geosense.annotations import postgis, services
 from geosense.annotations.models import Annotation, AnnotationRevision
 
-ORDER = "{order}"
-victim = Annotation.objects.filter(category="tree").order_by("id").values_list("id", flat=True)[0]
-started, results = threading.Event(), {{}}
-
-
-def second_waits():
-    # The second writer is waiting for one of the first's locks.
-    for _ in range(200):
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
-            if cursor.fetchone()[0]:
-                return
-        time.sleep(0.05)
-
-
-def first():
-    try:
-        with transaction.atomic():
-            if ORDER == "seed":
-                with postgis.nearest_kept_in_bulk(rows=postgis.NEAREST_BULK_ROWS):
-                    AnnotationRevision.bump()
-                    started.set()
-                    second_waits()
-            else:
-                AnnotationRevision.bump()
-                started.set()
-                second_waits()
-                services.annotation_create(
-                    category="crossing", geometry={{"type": "Point", "coordinates": [11.0, 11.0]}})
-        results["first"] = "committed"
-    except Exception as exc:
-        results["first"] = repr(exc)
-    finally:
-        started.set()
-        connection.close()
-
-
-def second():
-    started.wait(30)
-    try:
-        services.annotations_soft_delete(ids=[victim])
-        results["second"] = "committed"
-    except Exception as exc:
-        results["second"] = repr(exc)
-    finally:
-        connection.close()
-
-
-threads = [threading.Thread(target=first, daemon=True), threading.Thread(target=second, daemon=True)]
-for thread in threads:
-    thread.start()
-for thread in threads:
-    thread.join(60)
-services.annotations_restore(ids=[victim])
-Annotation.all_objects.filter(category="crossing").delete()
-print(json.dumps(results))
-"""
-
-
-@pytest.mark.parametrize("order", ["seed", "import"])
-def test_writers_whose_locks_crossed_both_commit(spatial_db, order):
-    """A seed (or an import) that bumps the revision before it takes the kept table's lock, and a
-    soft delete at the same time: both commit (the revision's bump takes that lock first, so
-    every writer takes the two in one order; before, PostgreSQL found a deadlock and cancelled
-    one)."""
-    out = spatial_db.shell(CROSSING.format(order=order)).strip().splitlines()[-1]
-    assert json.loads(out) == {"first": "committed", "second": "committed"}
-
-
-TWO_STATEMENTS = """
-import json, threading, time
-from django.db import connection, transaction
-from geosense.annotations import services
-from geosense.annotations.models import Annotation
-
-first_id, second_id = Annotation.objects.filter(category="tree").order_by("id").values_list(
-    "id", flat=True)[:2]
+trees = list(Annotation.objects.filter(category="tree").order_by("id").values_list("id", flat=True)[:2])
 started, results = threading.Event(), {}
 
 
@@ -802,40 +726,84 @@ def second_waits():
 
 
 def first():
-    try:
-        with transaction.atomic():
-            services.annotations_soft_delete(ids=[first_id])
-            started.set()
-            second_waits()
-            Annotation.objects.filter(id=second_id).update(category="two_statements")
-        results["first"] = "committed"
-    except Exception as exc:
-        results["first"] = repr(exc)
-    finally:
-        started.set()
-        connection.close()
+    with transaction.atomic():
+FIRST
 
 
 def second():
     started.wait(30)
-    try:
-        services.annotations_soft_delete(ids=[second_id])
-        results["second"] = "committed"
-    except Exception as exc:
-        results["second"] = repr(exc)
-    finally:
-        connection.close()
+SECOND
 
 
-threads = [threading.Thread(target=first, daemon=True), threading.Thread(target=second, daemon=True)]
+def writer(name, body):
+    def run():
+        try:
+            body()
+            results[name] = "committed"
+        except Exception as exc:
+            results[name] = repr(exc)
+        finally:
+            started.set()
+            connection.close()
+    return threading.Thread(target=run, daemon=True)
+
+
+threads = [writer("first", first), writer("second", second)]
 for thread in threads:
     thread.start()
 for thread in threads:
     thread.join(60)
-Annotation.all_objects.filter(id=second_id).update(category="tree")
-services.annotations_restore(ids=[first_id, second_id])
+CLEANUP
 print(json.dumps(results))
 """
+
+
+def _two_writers(spatial_db, *, first: str, second: str, cleanup: str) -> dict:
+    script = (
+        TWO_WRITERS.replace("FIRST", textwrap.indent(textwrap.dedent(first).strip(), " " * 8))
+        .replace("SECOND", textwrap.indent(textwrap.dedent(second).strip(), " " * 4))
+        .replace("CLEANUP", textwrap.dedent(cleanup).strip())
+    )
+    return json.loads(spatial_db.shell(script).strip().splitlines()[-1])
+
+
+# Two writers whose locks used to cross: the first holds the revision row (a seed's bump inside
+# its deferred block, or an import's bump after an in-place update of attributes only) and then
+# needs the kept table's lock (its rebuild, or a write's trigger); the second is a user's
+# soft delete, whose trigger takes that lock and whose bump then needs the revision row.
+CROSSING_FIRST = {
+    "seed": """
+        with postgis.nearest_kept_in_bulk(rows=postgis.NEAREST_BULK_ROWS):
+            AnnotationRevision.bump()
+            started.set()
+            second_waits()
+    """,
+    "import": """
+        AnnotationRevision.bump()
+        started.set()
+        second_waits()
+        services.annotation_create(
+            category="crossing", geometry={"type": "Point", "coordinates": [11.0, 11.0]})
+    """,
+}
+
+
+@pytest.mark.parametrize("order", ["seed", "import"])
+def test_writers_whose_locks_crossed_both_commit(spatial_db, order):
+    """A seed (or an import) that bumps the revision before it takes the kept table's lock, and a
+    soft delete at the same time: both commit (the revision's bump takes that lock first, so
+    every writer takes the two in one order; before, PostgreSQL found a deadlock and cancelled
+    one)."""
+    ended = _two_writers(
+        spatial_db,
+        first=CROSSING_FIRST[order],
+        second="services.annotations_soft_delete(ids=[trees[0]])",
+        cleanup="""
+            services.annotations_restore(ids=[trees[0]])
+            Annotation.all_objects.filter(category="crossing").delete()
+        """,
+    )
+    assert ended == {"first": "committed", "second": "committed"}
 
 
 def test_a_writer_of_two_statements_and_a_writer_of_its_second_row_both_commit(spatial_db):
@@ -844,8 +812,21 @@ def test_a_writer_of_two_statements_and_a_writer_of_its_second_row_both_commit(s
     table's lock before its row locks (migration annotations/0009); before, the first held the
     lock from its first trigger run and waited for the row the second had locked while that
     one's trigger waited for the lock, and PostgreSQL cancelled one as a deadlock."""
-    out = spatial_db.shell(TWO_STATEMENTS).strip().splitlines()[-1]
-    assert json.loads(out) == {"first": "committed", "second": "committed"}
+    ended = _two_writers(
+        spatial_db,
+        first="""
+            services.annotations_soft_delete(ids=[trees[0]])
+            started.set()
+            second_waits()
+            Annotation.objects.filter(id=trees[1]).update(category="two_statements")
+        """,
+        second="services.annotations_soft_delete(ids=[trees[1]])",
+        cleanup="""
+            Annotation.all_objects.filter(id=trees[1]).update(category="tree")
+            services.annotations_restore(ids=trees)
+        """,
+    )
+    assert ended == {"first": "committed", "second": "committed"}
 
 
 def test_the_database_runs_the_functions_the_code_renders(spatial_db):
