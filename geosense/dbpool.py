@@ -35,7 +35,8 @@ from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-# The longest a pool thread keeps one connection while calls queue (then it opens a new one).
+# A connection older than this when a call ends is closed (the next call opens a new one); the
+# age is checked only then, so an idle kept connection can be older at its next call.
 KEPT_CONNECTION_SECONDS = 60.0
 
 
