@@ -546,6 +546,12 @@ def _expire(waiter: asyncio.Future) -> None:
         waiter.set_exception(TimeoutError())
 
 
+def _retrieved(task: asyncio.Future) -> None:
+    """Mark a left-behind check's error as seen (the answer won; asyncio would log it)."""
+    if not task.cancelled():
+        task.exception()
+
+
 async def _answered_or_gone(
     waiter: asyncio.Future, reachable: Callable[[], Awaitable[bool]] | None
 ) -> bool:
@@ -558,11 +564,21 @@ async def _answered_or_gone(
         return True
     while True:
         done, _ = await asyncio.wait({waiter}, timeout=REACHABLE_CHECK_SECONDS)
-        if done:
-            waiter.result()
-            return True
-        if not await reachable():
-            return False
+        if not done:
+            # The check runs beside the waiter: its database read can queue for a while under
+            # load, and an answer or the time-out coming meanwhile must not wait for it.
+            check = asyncio.ensure_future(reachable())
+            check.add_done_callback(_retrieved)
+            try:
+                done, _ = await asyncio.wait({waiter, check}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                check.cancel()
+            if waiter not in done:
+                if check.result():
+                    continue
+                return False
+        waiter.result()
+        return True
 
 
 # The time-out is part of the answer (readable text for the model), not a cancellation.

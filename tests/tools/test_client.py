@@ -225,3 +225,51 @@ async def test_a_call_waits_without_a_timeout_context_of_its_own(monkeypatch):
     answer, _ = await with_fake_socket(answer_with(result={"ids": [3]}))
     assert answer.ok
     assert entered == []
+
+
+async def with_unanswered_call(monkeypatch, reachable, *, within: float):
+    """A call to a socket that never answers by itself, its reachability asked every 10 ms."""
+    from tools import client
+
+    monkeypatch.setattr(client, "REACHABLE_CHECK_SECONDS", 0.01)
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    tool = client_tool_declare(PICK, backend_names=())
+    request = client_tool_request(
+        channel_name=channel, tool=tool, arguments={}, timeout=within, reachable=reachable
+    )
+    return await asyncio.wait_for(request, 5)
+
+
+@pytest.mark.asyncio
+async def test_the_time_out_answers_while_a_reachability_check_is_still_queued(monkeypatch):
+    """The check reads the database through the engine's pool, which queues under load: the
+    time-out used to wait for the read in flight (review of session 25, finding 6)."""
+    checking = asyncio.Event()
+
+    async def reachable():
+        checking.set()
+        await asyncio.sleep(30)  # a read stuck behind a long queue
+        return True
+
+    answer = await with_unanswered_call(monkeypatch, reachable, within=0.2)
+    assert checking.is_set()
+    assert answer.error == "No answer from the client within 0.2 seconds."
+
+
+@pytest.mark.asyncio
+async def test_an_answer_that_arrives_during_a_check_wins_over_its_verdict(monkeypatch):
+    """A socket that answers while its process is being checked has answered: a late "gone"
+    verdict must not replace the answer with "could not be reached"."""
+    from tools import client
+
+    async def reachable():
+        (waiter,) = client._replies_running(asyncio.get_running_loop()).waiting.values()
+        waiter.set_result(
+            {"type": CLIENT_TOOL_ANSWER, "correlation_id": "x", "result": {"ids": [4]}}
+        )
+        await asyncio.sleep(0.05)
+        return False
+
+    answer = await with_unanswered_call(monkeypatch, reachable, within=2)
+    assert answer.ok and answer.result == {"ids": [4]}
