@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import uuid
 import weakref
 from typing import Any
@@ -68,6 +69,11 @@ REGISTRATION_BUDGET_SECONDS = 0.5
 
 # user id → the inbound bucket shared by that user's sockets in this process
 _inbound: "weakref.WeakValueDictionary[int, TokenBucket]" = weakref.WeakValueDictionary()
+# `disconnect`s run for sockets that a handler's error ended (held until they finish).
+_tidying: set[asyncio.Task] = set()
+CLOSE_INTERNAL_ERROR = 1011  # RFC 6455's "unexpected condition"
+
+logger = logging.getLogger(__name__)
 
 
 def _inbound_bucket(user_id: int) -> TokenBucket:
@@ -127,8 +133,26 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         try:
             with contextlib.suppress(StopConsumer):
                 await self._serve(receive)
+        except BaseException:
+            self._tidy_after_error()
+            raise
         finally:
-            self._process_forget()  # also when a handler's error ended the socket
+            self._process_forget()
+
+    def _tidy_after_error(self) -> None:
+        """A handler's error (or Daphne giving up on the socket) ends it without `disconnect`:
+        its registrations, the calls it holds and its groups would outlive it. `disconnect`
+        runs in a task of its own, out of reach of this task's cancellation."""
+
+        async def tidy() -> None:
+            try:
+                await self.disconnect(CLOSE_INTERNAL_ERROR)
+            except Exception:
+                logger.warning("could not tidy up after a socket's error", exc_info=True)
+
+        task = asyncio.ensure_future(tidy())
+        _tidying.add(task)
+        task.add_done_callback(_tidying.discard)
 
     async def _serve(self, receive) -> None:
         """Dispatch the page's frames and the channel layer's messages, one handler at a time.
@@ -139,8 +163,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         and one long-lived task awaits the layer's messages; a lock keeps their handlers from
         interleaving, as Channels' loop did, and after `FRAMES_SLICE_SECONDS` of frames handled
         back to back the loop gets a turn. A handler's error, on either side, ends the socket
-        as it did there; so does the disconnect (`StopConsumer`), and the layer's task is
-        cancelled either way."""
+        as it did there (a page frame that waited for the lock meanwhile is not handled); so
+        does the disconnect (`StopConsumer`), and the layer's task is cancelled either way."""
         self.handling = asyncio.Lock()
         layer_messages = asyncio.ensure_future(self._layer_messages())
         serving = asyncio.current_task()
@@ -156,6 +180,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             while True:
                 message = await receive()
                 async with self.handling:
+                    if layer_messages.done():  # its handler failed while this frame waited
+                        raise layer_messages.exception()
                     await self.dispatch(message)
                 if loop.time() - slice_began >= FRAMES_SLICE_SECONDS:
                     await asyncio.sleep(0)  # others' ready work runs before the next frame
@@ -166,9 +192,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             raise
         finally:
             layer_messages.remove_done_callback(failed)
-            layer_messages.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await layer_messages
+            if not layer_messages.done():
+                layer_messages.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await layer_messages
 
     async def _layer_messages(self) -> None:
         while True:

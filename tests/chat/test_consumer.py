@@ -26,7 +26,7 @@ from geosense.asgi import application
 from tests.client_tools import FOCUS, LOCATION
 from tests.security.attacks import heavy_declaration
 from tools import client as client_module
-from tools.client import client_tool_request
+from tools.client import WENT_AWAY, client_tool_request
 
 
 @dataclass
@@ -591,6 +591,59 @@ async def test_a_socket_ended_by_a_handlers_error_leaves_nothing_attached_in_the
         await ws.receive_output()
     assert channel not in client_module._attached
     assert session_group(alice.session.pk) not in events_module._local
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_socket_ended_by_a_handlers_error_unregisters_and_answers_its_calls(
+    alice, monkeypatch
+):
+    """Ended by an error, the socket skipped `disconnect`: its tools stayed registered (the
+    next turn offered a dead tab's tools) and a call it held waited out its time-out."""
+    ws = await registered(alice, [LOCATION])
+    call = asyncio.create_task(request(alice.session, "location_get", {}, wait=30))
+    assert (await ws.receive_json_from())["type"] == "client-tool-invoke"
+
+    async def broken(self, frame):
+        raise RuntimeError("a bug in a handler")
+
+    monkeypatch.setitem(consumers.ChatConsumer.handlers, wire.SESSION_BIND, broken)
+    await ws.send_json_to({"type": "session-bind", "session": str(alice.session.pk)})
+    with pytest.raises(RuntimeError):
+        await ws.receive_output()
+    answer = await asyncio.wait_for(call, 5)
+    assert answer.error == WENT_AWAY
+    assert not await ClientToolRegistration.objects.filter(session=alice.session).aexists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_page_frame_waiting_on_a_failing_layer_handler_is_not_handled(alice, monkeypatch):
+    """Handlers run one at a time: a page frame that waited for the lock while a layer
+    message's handler failed was started, then cancelled at its first await, half done."""
+    before = set(client_module._attached)
+    ws = await registered(alice, [LOCATION])
+    (channel,) = set(client_module._attached) - before
+    entered, release, handled = asyncio.Event(), asyncio.Event(), []
+
+    async def failing(self, message):
+        entered.set()
+        await release.wait()
+        raise RuntimeError("a bug in a layer handler")
+
+    async def recorded(self, frame):
+        handled.append(frame)
+
+    monkeypatch.setattr(consumers.ChatConsumer, "test_failing", failing, raising=False)
+    monkeypatch.setitem(consumers.ChatConsumer.handlers, wire.SESSION_BIND, recorded)
+    await get_channel_layer().send(channel, {"type": "test.failing"})
+    await asyncio.wait_for(entered.wait(), 5)
+    await ws.send_json_to({"type": "session-bind", "session": str(alice.session.pk)})
+    await asyncio.sleep(0.05)  # the frame is read and waits for the handler's lock
+    release.set()
+    with pytest.raises(RuntimeError):
+        await ws.receive_output()
+    assert handled == []
 
 
 @pytest.mark.django_db(transaction=True)
