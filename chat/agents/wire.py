@@ -15,6 +15,7 @@ tests/fakes/dialects/ replay each of them. Two layers:
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -27,6 +28,10 @@ DONE = "[DONE]"
 THINKING_FLUSH_CHARS = 2000
 _LEGACY_FUNCTION_INDEX = -1  # `delta.function_call` of the deprecated functions API
 _PARAGRAPH_RE = re.compile(r"\n[ \t]*\n")
+_LINE_END_RE = re.compile("\r\n|\r|\n")
+# The longest line, and the most data of one event, a stream may send (a tool call's arguments
+# arrive in one event from some servers: 16 Mi characters leaves them room and bounds memory).
+EVENT_LIMIT_CHARS = 16 * 1024 * 1024
 
 
 StreamItem = TextDelta | Thinking | ToolCallRequest | Usage
@@ -53,30 +58,92 @@ def sse_events(lines: Iterable[str]) -> Iterator[SseData | SseError]:
     `data:` lines of one event are joined with newlines; comments (`: keep-alive`) and other
     fields (`event:`, `id:`, `retry:`) carry nothing for a chat completion and are skipped.
     """
-    data: list[str] = []
-    error: list[str] = []
-    for line in lines:
-        if not line:
-            yield from _dispatch(data, error)
-            data, error = [], []
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if name == "data":
-            data.append(value)
-        elif name == "error":
-            error.append(value)
-    yield from _dispatch(data, error)
+    decoder = SseDecoder()
+    yield from decoder.lines(lines)
+    yield from decoder.close()
 
 
-def _dispatch(data: list[str], error: list[str]) -> Iterator[SseData | SseError]:
-    if error:
-        yield SseError("\n".join(error))
-    if data:
-        yield SseData("\n".join(data))
+class SseDecoder:
+    """Server-Sent Events from a body's bytes as they arrive, in chunks cut anywhere.
+
+    Lines end with CRLF, LF or CR (a CR ending one chunk and the LF opening the next are one
+    line end); the text is UTF-8, a leading BOM dropped and invalid bytes replaced, as the SSE
+    spec reads it. A line, and the data of one event, may be as long as `limit` characters:
+    a server that sends more without ending it fails the stream with a clear error rather than
+    filling the memory (there is no other limit, such as aiohttp's 64 KiB `readline`).
+    """
+
+    def __init__(self, *, limit: int = EVENT_LIMIT_CHARS) -> None:
+        self.limit = limit
+        self._text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+        self._rest = ""  # the start of a line whose end has not come yet
+        self._after_cr = False  # the text so far ended with CR: a LF next is its line end
+        self._data: list[str] = []
+        self._error: list[str] = []
+        self._size = 0  # characters in `_data` and `_error`
+
+    def feed(self, chunk: bytes) -> list[SseData | SseError]:
+        """The events that this piece of the body completes."""
+        text = self._text.decode(chunk)
+        if self._after_cr and text:
+            self._after_cr = False
+            if text[0] == "\n":
+                text = text[1:]
+        if self._rest:
+            text = self._rest + text
+        if "\r" in text:
+            lines = _LINE_END_RE.split(text)
+            self._after_cr = text[-1] == "\r"
+        else:
+            lines = text.split("\n")
+        self._rest = lines.pop()
+        if len(self._rest) > self.limit:
+            raise AgentError(self._too_long("line"))
+        return self.lines(lines)
+
+    def lines(self, lines: Iterable[str]) -> list[SseData | SseError]:
+        """The events that these whole lines (without their line ends) complete."""
+        out: list[SseData | SseError] = []
+        for line in lines:
+            if not line:
+                if self._data or self._error:
+                    out += self._dispatch()
+                continue
+            if line[0] == ":":
+                continue
+            name, _, value = line.partition(":")
+            if value[:1] == " ":
+                value = value[1:]
+            if name == "data":
+                self._data.append(value)
+            elif name == "error":
+                self._error.append(value)
+            else:
+                continue
+            self._size += len(value)
+        if self._size > self.limit:
+            raise AgentError(self._too_long("event"))
+        return out
+
+    def close(self) -> list[SseData | SseError]:
+        """The end of the body: a last line without its line end, and an event cut off by the
+        end of the body, still count."""
+        rest, self._rest = self._rest + self._text.decode(b"", final=True), ""
+        return self.lines([rest] if rest else []) + self._dispatch()
+
+    def _dispatch(self) -> list[SseData | SseError]:
+        out: list[SseData | SseError] = []
+        if self._error:
+            out.append(SseError("\n".join(self._error)))
+        if self._data:
+            out.append(SseData("\n".join(self._data)))
+        self._data, self._error, self._size = [], [], 0
+        return out
+
+    def _too_long(self, what: str) -> str:
+        return (
+            f"The language model server sent a stream {what} longer than {self.limit:,} characters."
+        )
 
 
 def server_error_text(payload: Any) -> str | None:

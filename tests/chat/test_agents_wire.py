@@ -3,7 +3,15 @@
 import pytest
 
 from chat.agents import AgentError, TextDelta, Thinking, ToolCallRequest
-from chat.agents.wire import ChunkParser, SseData, SseError, Usage, sse_events, stream_parse
+from chat.agents.wire import (
+    ChunkParser,
+    SseData,
+    SseDecoder,
+    SseError,
+    Usage,
+    sse_events,
+    stream_parse,
+)
 from tests.fakes.dialects import RECORDINGS, Recording
 
 
@@ -156,3 +164,46 @@ def test_the_last_usage_reported_wins():
         {"choices": [], "usage": None},
     )
     assert items[-1] == Usage(prompt_tokens=5, completion_tokens=2)
+
+
+# --- the body's bytes, as they arrive ----------------------------------------------------------
+MIXED_LINE_ENDS = (
+    b': keep-alive\r\n\r\ndata: {"a":\r\ndata: 1}\r\rdata: \xc3\xa9t\xc3\xa9\n\n'
+    b"error: boom\r\n\r\ndata: [DONE]"
+)
+MIXED_EVENTS = [SseData('{"a":\n1}'), SseData("été"), SseError("boom"), SseData("[DONE]")]
+
+
+def test_crlf_cr_and_lf_end_lines_wherever_the_body_is_cut():
+    """A CR ending one piece and the LF opening the next are one line end, not two (that
+    would end the event early); a UTF-8 character may be cut between pieces too."""
+    for cut in range(len(MIXED_LINE_ENDS) + 1):
+        decoder = SseDecoder()
+        events = decoder.feed(MIXED_LINE_ENDS[:cut]) + decoder.feed(MIXED_LINE_ENDS[cut:])
+        assert events + decoder.close() == MIXED_EVENTS, cut
+
+
+def test_bytes_one_at_a_time_make_the_same_events():
+    decoder = SseDecoder()
+    events = [
+        e for i in range(len(MIXED_LINE_ENDS)) for e in decoder.feed(MIXED_LINE_ENDS[i : i + 1])
+    ]
+    assert events + decoder.close() == MIXED_EVENTS
+
+
+def test_a_leading_bom_is_dropped_and_invalid_utf8_replaced():
+    decoder = SseDecoder()
+    assert decoder.feed(b"\xef\xbb\xbfdata: a\xffb\n\n") == [SseData("a\ufffdb")]
+
+
+def test_a_long_line_is_whole_and_one_past_the_limit_is_a_clear_error():
+    long = "x" * 200_000  # aiohttp's readline stops at 64 KiB
+    decoder = SseDecoder()
+    body = f"data: {long}\n\n".encode()
+    events = [e for i in range(0, len(body), 1000) for e in decoder.feed(body[i : i + 1000])]
+    assert events == [SseData(long)]
+
+    with pytest.raises(AgentError, match="sent a stream line longer than 1,000 characters"):
+        SseDecoder(limit=1000).feed(b"data: " + b"x" * 1001)
+    with pytest.raises(AgentError, match="sent a stream event longer than 1,000 characters"):
+        SseDecoder(limit=1000).feed(b"data: " + b"x" * 600 + b"\ndata: " + b"x" * 600 + b"\n")
