@@ -58,8 +58,8 @@ def agent_configured() -> Agent:
 
 
 def agent_code_import() -> None:
-    """Import the configured agent's code as the process starts (`geosense/asgi.py`): the
-    `openai` package takes about a second of CPU to import, which the first turn after every
+    """Import the configured agent's code as the process starts (`geosense/asgi.py`): its
+    HTTP client (aiohttp) takes about 0.25 s of CPU to import, which the first turn after every
     start would otherwise spend on the event loop, every user of the process waiting."""
     if settings.GEOSENSE_AGENT == "openai":
         from . import openai  # noqa: F401

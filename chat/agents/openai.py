@@ -1,45 +1,76 @@
 """An agent backed by any OpenAI-compatible chat-completions server (streaming, tools).
 
-The request goes through the `openai` SDK (authentication, retries of a failed connection
-before the answer starts, HTTP errors); the streamed body is read line by line and handed to
-`wire.sse_events` and `wire.ChunkParser`, because the servers people run stream in dialects the
-SDK's own stream reader hides or rejects (docs/models.md, "How each server streams").
+The request goes out on aiohttp directly: the `openai` SDK's request building (its options
+models, httpx's request, header and URL objects, its decoding layers over the transport) cost
+about 0.95 ms of CPU a request against 0.4 ms for aiohttp alone (issue 15: the event loop is
+the ceiling of a process). What the SDK did for us is kept here, by its rules: the bearer key,
+retries before the answer starts (`_post`), HTTP errors with the server's own words
+(`_status_message`). The body is read as bytes and framed by `wire.SseDecoder`, then parsed
+by `wire.ChunkParser`, because the servers people run stream in dialects a strict reader
+rejects (docs/models.md, "How each server streams").
 
-One client per configuration and event loop (`provider_client`), built off the loop (it loads
-the CA bundle: ~50 ms of CPU) and closed at shutdown (`provider_clients_close`). The body is
-built and serialised to JSON in a worker thread and sent as bytes: the SDK's own parameter
-transform walks every message on the event loop (2 s for 4,000 messages, issue 15).
+One client per configuration and event loop (`provider_client`: an `aiohttp.ClientSession`
+and its connection pool), closed at shutdown (`provider_clients_close`). The body is
+serialised on the loop when it is small and in a worker thread when it is not
+(`_body_serialise`): a long conversation's JSON must not hold the loop (issue 15).
 
-Three time-outs (docs/models.md): connecting (`connect_timeout`, each attempt), the first line
-of the answer (`first_byte_timeout`, from the request's start, retries included) and any gap
-between lines once the answer streams (`chunk_timeout`). Nothing is retried once a line has
-arrived: a stall ends the turn, and the engine keeps the text already shown, cut off.
+Three time-outs (docs/models.md): connecting (`connect_timeout`, each attempt), the first
+bytes of the answer (`first_byte_timeout`, from the request's start, retries included) and any
+gap in the body once the answer streams (`chunk_timeout`). Nothing is retried once the body
+has begun: a stall ends the turn, and the engine keeps the text already shown, cut off.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import email.utils
 import logging
+import math
+import random
 import re
+import time
+import urllib.parse
+import urllib.request
 import weakref
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import aiohttp
-import httpx2
-import openai
+import orjson
 
 from .base import AgentChunk, AgentContext, AgentError
-from .wire import DONE, ChunkParser, SseError, Usage, chunk_decode, server_error_message, sse_events
+from .wire import (
+    DONE,
+    ChunkParser,
+    SseData,
+    SseDecoder,
+    SseError,
+    Usage,
+    chunk_decode,
+    server_error_message,
+)
 
 logger = logging.getLogger(__name__)
 
-MAX_RETRIES = 2  # connection failures and 5xx before the answer starts
+# Retries of a request whose answer has not started: a failed connection, or HTTP 408, 409,
+# 429 or 5xx (unless the server says `x-should-retry: false`), as the openai SDK retries.
+MAX_RETRIES = 2
+RETRY_DELAY_SECONDS = 0.5  # doubled at each retry, up to RETRY_DELAY_MAX, less up to a quarter
+RETRY_DELAY_MAX = 8.0
+RETRY_AFTER_MAX = 120.0  # a server asking to wait longer is not retried
+RETRIED_STATUSES = frozenset({408, 409, 429})
 # How long the body's end may take after `[DONE]` for the connection to be kept (`_body_end_read`).
 BODY_END_SECONDS = 0.25
+ERROR_BODY_BYTES = 64 * 1024  # what is read of an HTTP error's body for its message
+# A body whose messages hold fewer characters than this is serialised on the event loop
+# (orjson: ~30 µs at this size, less than a thread's hop); a longer one, or a history of more
+# than INLINE_MESSAGES messages, in a worker thread.
+INLINE_BODY_CHARS = 32 * 1024
+INLINE_MESSAGES = 48
+CONNECTIONS_MAX = 1000  # as the SDK's pool: a process's requests in flight never queue here
+KEEPALIVE_SECONDS = 5.0
+USER_AGENT = f"GeoSense aiohttp/{aiohttp.__version__}"
 TOOL_CHOICE_MODES = ("auto", "none", "required")
 # A refusal that names image input: OpenAI's "image_url is only supported by certain models",
 # vLLM's "is not a multimodal model", llama.cpp's "image input is not supported … mmproj".
@@ -103,17 +134,57 @@ def request_json(
     tools: list[dict[str, Any]],
     images: bool = True,
 ) -> bytes:
-    """The request body as JSON bytes: O(history), so the agent runs it in a worker thread."""
+    """The request body as JSON bytes (UTF-8, compact): O(history), see `_body_serialise`."""
     if not images:
         history = history_without_images(history)
-    body = chat_request(config, history=history, tools=tools)
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    return orjson.dumps(chat_request(config, history=history, tools=tools))
+
+
+def body_is_small(history: list[dict[str, Any]]) -> bool:
+    """Whether the history's messages hold fewer than INLINE_BODY_CHARS characters, counted in
+    at most INLINE_MESSAGES steps (a message with parts, a picture's, counts as large)."""
+    if len(history) > INLINE_MESSAGES:
+        return False
+    size = 0
+    for message in history:
+        content = message.get("content")
+        if isinstance(content, str):
+            size += len(content)
+        elif content is not None:
+            return False
+        for call in message.get("tool_calls") or ():
+            size += len(str(call.get("function", {}).get("arguments", "")))
+    return size < INLINE_BODY_CHARS
+
+
+async def _body_serialise(
+    config: ProviderConfig,
+    *,
+    history: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    images: bool = True,
+) -> bytes:
+    """The body, on the loop when it is small (a thread's hop costs the loop more than orjson
+    does), in a worker thread when it is not: issue 15 forbids O(history) work on the loop."""
+    if body_is_small(history):
+        return request_json(config, history=history, tools=tools, images=images)
+    return await asyncio.to_thread(
+        request_json, config, history=history, tools=tools, images=images
+    )
 
 
 # --- the shared clients ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelClient:
+    """A configuration's connection pool (its headers, time-outs and proxy set once) and the
+    address its requests go to."""
+
+    session: aiohttp.ClientSession
+    url: str
+
 
 _clients: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[Any, ...], asyncio.Future[openai.AsyncOpenAI]]
+    asyncio.AbstractEventLoop, dict[tuple[Any, ...], ModelClient]
 ] = weakref.WeakKeyDictionary()
 
 
@@ -129,54 +200,83 @@ def _client_key(config: ProviderConfig) -> tuple[Any, ...]:
     )
 
 
-def _client_build(config: ProviderConfig) -> openai.AsyncOpenAI:
-    """The SDK's client on its aiohttp transport (`openai[aiohttp]`): httpcore's pool checks
-    every kept connection on every request (a `getpeername` and two dicts each), so with 100
-    requests in flight a request cost 2.2 ms of CPU against 0.95 ms on aiohttp's pool and C
-    HTTP parser (issue 15, docs/benchmarks.md).
+def _client_build(config: ProviderConfig) -> ModelClient:
+    """The session for a configuration: cheap to build (aiohttp made its TLS context when it was
+    imported, at the process's start), so it is built on the loop it belongs to.
 
-    The transport's read time-out bounds every wait for bytes, the first and those between
-    chunks alike, so it is the larger of the two: `_post` and `_lines_timed` enforce each of
-    them (with the first-byte one the smaller, a pause mid-stream would otherwise end at it)."""
-    timeout = httpx2.Timeout(
-        connect=config.connect_timeout,
-        read=max(config.first_byte_timeout, config.chunk_timeout),
-        write=config.first_byte_timeout,
-        pool=config.connect_timeout,
+    aiohttp's own time-outs bound the connection only (`connect_timeout`, each attempt);
+    `_post` and `_EventReader` hold the first-byte and between-chunk ones. No cookies (a model
+    API sets none, and a jar is looked at on every request); a proxy named by the environment
+    (`HTTPS_PROXY`, `NO_PROXY`, as httpx read them) is looked up here once, not per request."""
+    url = config.base_url.rstrip("/") + "/chat/completions"
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=CONNECTIONS_MAX, keepalive_timeout=KEEPALIVE_SECONDS),
+        headers=_headers(config),
+        timeout=aiohttp.ClientTimeout(
+            total=None, connect=config.connect_timeout, sock_connect=config.connect_timeout
+        ),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        proxy=_environment_proxy(url),
     )
-    return openai.AsyncOpenAI(
-        base_url=config.base_url,
-        api_key=config.api_key or "not-needed",
-        timeout=timeout,
-        max_retries=MAX_RETRIES,
-        default_headers=dict(config.headers),
-        http_client=openai.DefaultAioHttpClient(timeout=timeout),
-    )
+    return ModelClient(session=session, url=url)
 
 
-async def provider_client(config: ProviderConfig) -> openai.AsyncOpenAI:
-    """This loop's client for the configuration: built once, in a worker thread (concurrent
-    first turns wait for the same build). Its connection pool is the loop's, hence per loop."""
-    loop = asyncio.get_running_loop()
-    building = _clients.setdefault(loop, {})
+def _headers(config: ProviderConfig) -> dict[str, str]:
+    """Every request's headers: the key as a bearer token (a placeholder without one, which
+    servers that check nothing accept), then the configured headers, which replace a default
+    of the same name in any case (`{"authorization": …}` or Azure's `api-key`)."""
+    headers = {
+        "Authorization": f"Bearer {config.api_key or 'not-needed'}",
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+        "User-Agent": USER_AGENT,
+    }
+    for name, value in config.headers.items():
+        for default in [d for d in headers if d.lower() == name.lower()]:
+            del headers[default]
+        headers[name] = value
+    return headers
+
+
+def _environment_proxy(url: str) -> str | None:
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if urllib.request.proxy_bypass(host):
+        return None
+    return urllib.request.getproxies().get(urllib.parse.urlsplit(url).scheme)
+
+
+def provider_client(config: ProviderConfig) -> ModelClient:
+    """This loop's client for the configuration, built at its first request. Its connection
+    pool belongs to the loop, hence one per loop."""
+    clients = _clients.setdefault(asyncio.get_running_loop(), {})
     key = _client_key(config)
-    future = building.get(key)
-    if future is None:
-        future = building[key] = asyncio.ensure_future(asyncio.to_thread(_client_build, config))
-    try:
-        return await asyncio.shield(future)
-    except Exception:
-        if building.get(key) is future:
-            del building[key]
-        raise
+    client = clients.get(key)
+    if client is None:
+        client = clients[key] = _client_build(config)
+    return client
 
 
 async def provider_clients_close() -> None:
     """Close this loop's clients (their pooled connections); the next turn builds anew."""
-    building = _clients.pop(asyncio.get_running_loop(), {})
-    for future in building.values():
-        if future.done() and not future.cancelled() and future.exception() is None:
-            await future.result().close()
+    for client in _clients.pop(asyncio.get_running_loop(), {}).values():
+        await client.session.close()
+
+
+# --- one request -----------------------------------------------------------------------------
+class StatusError(Exception):
+    """The server answered an HTTP error; `body` is its JSON, if it was JSON."""
+
+    def __init__(self, status: int, body: object, headers: Mapping[str, str]) -> None:
+        super().__init__(status)
+        self.status, self.body, self.headers = status, body, headers
+
+    @property
+    def message(self) -> str:
+        return _status_message(self.status, self.body)
+
+
+class StreamStalled(AgentError):
+    """The answer had started and then nothing came for `chunk_timeout` seconds."""
 
 
 class OpenAIAgent:
@@ -200,36 +300,29 @@ class OpenAIAgent:
         parser = ChunkParser()
         done = False
         try:
-            async with AsyncExitStack() as stack:
-                response, deadline = await self._open(stack, history=history, tools=tools)
-                lines = _lines_timed(response, first_by=deadline, gap=self.config.chunk_timeout)
-                async for event in _events(lines):
-                    if isinstance(event, SseError):
-                        raise AgentError(server_error_message(event.error))
-                    if event.data == DONE:
-                        done = True
-                        break
-                    for item in parser.feed(chunk_decode(event.data)):
-                        yield item
+            response, deadline = await self._open(history=history, tools=tools)
+            reader = _EventReader(response, first_by=deadline, gap=self.config.chunk_timeout)
+            try:
+                while not done and (events := await reader.read()) is not None:
+                    for event in events:
+                        if isinstance(event, SseError):
+                            raise AgentError(server_error_message(event.error))
+                        if event.data == DONE:
+                            done = True
+                            break
+                        for item in parser.feed(chunk_decode(event.data)):
+                            yield item
                 if done:
-                    await _body_end_read(lines)
+                    await _body_end_read(response)
+            finally:
+                response.release()
         except (asyncio.CancelledError, AgentError):
             raise
-        except openai.APIStatusError as exc:
-            raise AgentError(_status_message(exc)) from exc
-        except (openai.APITimeoutError, httpx2.TimeoutException, TimeoutError) as exc:
-            if _connection_failed(exc):
-                raise AgentError(
-                    "The language model stream broke off (APIConnectionError)."
-                ) from exc
+        except StatusError as exc:
+            raise AgentError(exc.message) from exc
+        except TimeoutError as exc:
             raise AgentError("The language model server did not answer in time.") from exc
-        except (
-            openai.APIError,
-            httpx2.HTTPError,
-            aiohttp.ClientError,
-            OSError,
-            UnicodeDecodeError,
-        ) as exc:
+        except (aiohttp.ClientError, OSError) as exc:
             raise AgentError(
                 f"The language model stream broke off ({type(exc).__name__})."
             ) from exc
@@ -251,110 +344,190 @@ class OpenAIAgent:
         return (self.config.base_url, self.config.model)
 
     async def _open(
-        self,
-        stack: AsyncExitStack,
-        *,
-        history: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-    ) -> tuple[httpx2.Response, float]:
-        """The streamed response and the deadline of its first line (the first-byte time-out
-        from sending); a server that refuses the pictures (HTTP 400 naming image input) is
-        asked once more with them in words, and is not sent pictures again."""
-        client = await provider_client(self.config)
-        body = await asyncio.to_thread(request_json, self.config, history=history, tools=tools)
+        self, *, history: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> tuple[aiohttp.ClientResponse, float]:
+        """The streamed response and the deadline of its first bytes (the first-byte time-out
+        from sending); a server that refuses the pictures (HTTP 400 or 422 naming image input)
+        is asked once more with them in words, and is not sent pictures again."""
+        client = provider_client(self.config)
+        body = await _body_serialise(self.config, history=history, tools=tools)
         deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout
         try:
-            return await _post(stack, client, body, deadline=deadline), deadline
-        except openai.APIStatusError as exc:
+            return await _post(client, body, deadline=deadline), deadline
+        except StatusError as exc:
             if not (
-                exc.status_code in (400, 422)
+                exc.status in (400, 422)
                 and has_images(history)
-                and IMAGES_REFUSED_RE.search(_status_message(exc))
+                and IMAGES_REFUSED_RE.search(exc.message)
             ):
                 raise
             _images_refused.add(self._key)
             logger.warning(
                 "%s refused an image (%s); pictures go to %s as words from now on",
                 self.config.base_url,
-                _status_message(exc),
+                exc.message,
                 self.config.model or "default",
             )
-        body = await asyncio.to_thread(
-            request_json, self.config, history=history, tools=tools, images=False
-        )
+        body = await _body_serialise(self.config, history=history, tools=tools, images=False)
         deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout
-        return await _post(stack, client, body, deadline=deadline), deadline
+        return await _post(client, body, deadline=deadline), deadline
 
 
-async def _post(
-    stack: AsyncExitStack, client: openai.AsyncOpenAI, body: bytes, *, deadline: float
-) -> httpx2.Response:
-    """Send the serialised body; the SDK retries a failed connection or a 5xx until the
-    response starts, all within the first-byte deadline. The response is closed with `stack`."""
-    async with asyncio.timeout_at(deadline):
-        response = await client.post(
-            "/chat/completions",
-            cast_to=httpx2.Response,
-            content=body,
-            options={"headers": {"Content-Type": "application/json"}},
-            stream=True,
-        )
-    stack.push_async_callback(response.aclose)
-    return response
-
-
-class StreamStalled(AgentError):
-    """The answer had started and then nothing came for `chunk_timeout` seconds."""
-
-
-async def _lines_timed(
-    response: httpx2.Response, *, first_by: float, gap: float
-) -> AsyncIterator[str]:
-    """The body's lines; the first by the first-byte deadline, each next within `gap`
-    seconds of the one before (a `TimeoutError`, or `StreamStalled` once one has come)."""
-    lines = response.aiter_lines().__aiter__()
+async def _post(client: ModelClient, body: bytes, *, deadline: float) -> aiohttp.ClientResponse:
+    """Send the body until the answer starts, within the first-byte deadline: a failed
+    connection, and HTTP 408, 409, 429 and 5xx, are tried again up to MAX_RETRIES times after
+    `_retry_delay` (the openai SDK's rules). A wait that would end past the deadline is not
+    begun: the last failure is the answer (a rate limit's own words rather than a time-out)."""
     loop = asyncio.get_running_loop()
-    when, started = first_by, False
+    retries_taken = 0
     while True:
+        failure: Exception
+        timeout = asyncio.timeout_at(deadline)
         try:
-            async with asyncio.timeout_at(when):
-                line = await anext(lines)
-        except StopAsyncIteration:
-            return
-        except TimeoutError:
-            if not started:
-                raise
-            raise StreamStalled(
-                f"The language model server stopped answering mid-way (nothing for {gap:g} s)."
-            ) from None
-        started = True
-        yield line
-        when = loop.time() + gap
+            async with timeout:
+                response = await client.session.post(client.url, data=body)
+                if response.status < 400:
+                    return response
+                failure = await _status_error(response)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            if timeout.expired():
+                raise TimeoutError from exc
+            failure = exc
+        if isinstance(failure, StatusError) and not _should_retry(failure):
+            raise failure
+        delay = _retry_delay(retries_taken, failure)
+        if retries_taken == MAX_RETRIES or loop.time() + delay >= deadline:
+            _give_up(failure)
+        logger.info("retrying the model request in %.2f s (%s)", delay, _failure_name(failure))
+        await asyncio.sleep(delay)
+        retries_taken += 1
 
 
-async def _body_end_read(lines: AsyncIterator[str]) -> None:
+async def _status_error(response: aiohttp.ClientResponse) -> StatusError:
+    """The error of an HTTP error answer, its body read (up to ERROR_BODY_BYTES) for the
+    server's words; the response is released (its connection kept when the body was whole)."""
+    data = b""
+    try:
+        while len(data) < ERROR_BODY_BYTES and (piece := await response.content.readany()):
+            data += piece
+    except (aiohttp.ClientError, OSError):
+        data = b""  # a body that broke off: the status alone
+    finally:
+        response.release()
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        body = None
+    return StatusError(response.status, body, response.headers)
+
+
+def _should_retry(error: StatusError) -> bool:
+    retry_after = _retry_after(error.headers)
+    if retry_after is not None and retry_after > RETRY_AFTER_MAX:
+        return False
+    said = error.headers.get("x-should-retry")
+    if said in ("true", "false"):
+        return said == "true"
+    return error.status in RETRIED_STATUSES or error.status >= 500
+
+
+def _retry_delay(retries_taken: int, failure: Exception) -> float:
+    """The server's `retry-after-ms` or `Retry-After` (seconds or an HTTP date) when it is
+    between 0 and RETRY_AFTER_MAX; else 0.5 s doubled at each retry, at most 8 s, less a random
+    quarter at most (jitter, so that failed requests do not all come back at once)."""
+    if isinstance(failure, StatusError):
+        retry_after = _retry_after(failure.headers)
+        if retry_after is not None and 0 < retry_after <= RETRY_AFTER_MAX:
+            return retry_after
+    delay = min(RETRY_DELAY_SECONDS * 2.0**retries_taken, RETRY_DELAY_MAX)
+    return delay * (1 - 0.25 * random.random())
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the server asks to wait before trying again, if it says (None if it does not)."""
+    for name, unit in (("retry-after-ms", 1000), ("retry-after", 1)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / unit
+        except ValueError:
+            continue
+        return seconds if math.isfinite(seconds) else None
+    try:
+        when = email.utils.parsedate_to_datetime(headers.get("retry-after", ""))
+    except (TypeError, ValueError):
+        return None
+    return when.timestamp() - time.time()
+
+
+def _give_up(failure: Exception) -> NoReturn:
+    """Raise the last failure of a request as the agent reports it: the server's HTTP error,
+    a time-out (connecting), or any other failed connection as the stream that broke off."""
+    if isinstance(failure, StatusError):
+        raise failure
+    if isinstance(failure, TimeoutError) or isinstance(
+        getattr(failure, "os_error", None), TimeoutError
+    ):
+        raise TimeoutError from failure
+    raise AgentError("The language model stream broke off (APIConnectionError).") from failure
+
+
+def _failure_name(failure: Exception) -> str:
+    return f"HTTP {failure.status}" if isinstance(failure, StatusError) else type(failure).__name__
+
+
+class _EventReader:
+    """The body's events as its bytes arrive: `read()` gives those of the next piece read (a
+    list, maybe empty), then those the body's end completes, then None. The first piece comes
+    by the first-byte deadline, each next within `gap` seconds of the one before (else a
+    `TimeoutError`, or `StreamStalled` once one has come); what is buffered already is taken
+    without a timer."""
+
+    def __init__(self, response: aiohttp.ClientResponse, *, first_by: float, gap: float) -> None:
+        self._content = response.content
+        self._decoder = SseDecoder()
+        self._when = first_by
+        self._gap = gap
+        self._started = False
+        self._ended = False
+
+    async def read(self) -> list[SseData | SseError] | None:
+        if self._ended:
+            return None
+        content = self._content
+        chunk = content.read_nowait()
+        if not chunk and not content.at_eof():
+            try:
+                async with asyncio.timeout_at(self._when):
+                    chunk = await content.readany()
+            except TimeoutError:
+                if not self._started:
+                    raise
+                raise StreamStalled(
+                    "The language model server stopped answering mid-way "
+                    f"(nothing for {self._gap:g} s)."
+                ) from None
+        if not chunk:
+            self._ended = True
+            return self._decoder.close()
+        self._started = True
+        self._when = asyncio.get_running_loop().time() + self._gap
+        return self._decoder.feed(chunk)
+
+
+async def _body_end_read(response: aiohttp.ClientResponse) -> None:
     """Read the body's end after `[DONE]` (servers send it right after), so that the response
     closes complete and its connection goes back to the pool: closed mid-body, the connection
-    was dropped and every request opened a new one (a TCP connect, with TLS a handshake: ~5 %
-    of the server's CPU at 200 users against the fake model, issue 15). A server that keeps
-    the body open past `BODY_END_SECONDS` loses its connection, as before."""
+    is dropped and every request opens a new one (a TCP connect, with TLS a handshake: ~5 % of
+    the server's CPU at 200 users against the fake model, issue 15). A server that keeps the
+    body open past `BODY_END_SECONDS` loses its connection."""
     try:
         async with asyncio.timeout(BODY_END_SECONDS):
-            async for _ in lines:
+            while await response.content.readany():
                 pass
-    except (TimeoutError, AgentError, httpx2.HTTPError, OSError):
+    except (TimeoutError, aiohttp.ClientError, OSError):
         pass
-
-
-def _connection_failed(exc: BaseException) -> bool:
-    """Whether a time-out the SDK reports is a connection that failed at once (refused, no
-    route): the aiohttp transport maps every failed connection to a connect time-out."""
-    cause = exc.__cause__
-    while cause is not None:
-        if isinstance(cause, aiohttp.ClientConnectorError):
-            return not isinstance(cause.os_error, TimeoutError)
-        cause = cause.__cause__
-    return False
 
 
 def has_images(history: list[dict[str, Any]]) -> bool:
@@ -379,24 +552,9 @@ def history_without_images(history: list[dict[str, Any]]) -> list[dict[str, Any]
     return out
 
 
-async def _events(lines: AsyncIterator[str]) -> AsyncIterator[Any]:
-    """`wire.sse_events` over an async line stream, one line at a time."""
-    pending: list[str] = []
-    async for line in lines:
-        if line:
-            pending.append(line)
-            continue
-        for event in sse_events([*pending, ""]):
-            yield event
-        pending = []
-    for event in sse_events(pending):
-        yield event
-
-
-def _status_message(exc: openai.APIStatusError) -> str:
+def _status_message(status: int, body: object) -> str:
     """HTTP errors keep the server's own explanation: it usually says what to change."""
-    message = f"The language model server answered HTTP {exc.status_code}."
-    body = exc.body
+    message = f"The language model server answered HTTP {status}."
     detail = None
     if isinstance(body, Mapping):
         error = body.get("error", body)

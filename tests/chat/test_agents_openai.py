@@ -6,6 +6,7 @@ import socket
 
 import pytest
 
+from chat.agents import AgentContext, TextDelta, agent_configured
 from chat.agents.openai import ProviderConfig, chat_request
 from chat.agents.prompts import system_prompt
 from chat.models import Message
@@ -185,6 +186,55 @@ async def test_settings_reach_the_server_as_headers_and_body_fields(
     assert (body["temperature"], body["max_tokens"], body["tool_choice"]) == (0.3, 700, "auto")
     (headers,) = fake_llm.headers
     assert headers["x-tenant"] == "geo" and headers["api-key"] == "k-123"
+    assert headers["authorization"] == "Bearer not-needed"  # no key: the placeholder
+    assert headers["content-type"] == "application/json"
+    assert headers["user-agent"].startswith("GeoSense aiohttp/")
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_the_key_goes_as_a_bearer_token_unless_a_header_of_that_name_replaces_it(
+    openai_agent, settings, fake_llm
+):
+    settings.GEOSENSE_LLM_API_KEY = "sk-123"
+    await _answer()
+    settings.GEOSENSE_LLM_HEADERS = {"authorization": "Token abc"}
+    await _answer()
+
+    assert [h["authorization"] for h in fake_llm.headers] == ["Bearer sk-123", "Token abc"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_a_line_longer_than_64_kib_arrives_whole(openai_agent):
+    """aiohttp's `readline` stops at 64 KiB; a model may send a tool call's arguments, or a
+    long answer, in one event."""
+    long = "x" * 300_000
+    chunk = {"choices": [{"index": 0, "delta": {"content": long}, "finish_reason": "stop"}]}
+    openai_agent.reply(Raw(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()))
+
+    assert await _answer() == long
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("end", [b"\r\n", b"\r"], ids=["crlf", "cr"])
+async def test_lines_may_end_with_crlf_or_cr(openai_agent, end):
+    events = [
+        {"choices": [{"index": 0, "delta": {"content": "Two "}, "finish_reason": None}]},
+        {"choices": [{"index": 0, "delta": {"content": "lines."}, "finish_reason": "stop"}]},
+    ]
+    body = b"".join(b"data: " + json.dumps(e).encode() + end + end for e in events)
+    openai_agent.reply(Raw(body + b"data: [DONE]" + end + end))
+
+    assert await _answer() == "Two lines."
+
+
+async def _answer() -> str:
+    agent = agent_configured()
+    history = [{"role": "user", "content": "hi"}]
+    items = [item async for item in agent.stream(history=history, tools=[], context=AgentContext())]
+    return "".join(item.text for item in items if isinstance(item, TextDelta))
 
 
 @pytest.mark.asyncio
@@ -215,8 +265,8 @@ async def test_the_request_timeout_setting_ends_a_silent_server_with_a_readable_
 async def test_a_server_that_refuses_the_connection_is_a_broken_stream_not_a_timeout(
     client, trusted_caller, openai_agent, settings, monkeypatch
 ):
-    """aiohttp's transport reports a refused connection as a connect time-out (the SDK's
-    mapping); the user is told the connection broke, as with every other failed connection."""
+    """A refused connection is not a time-out (the SDK's aiohttp transport reported it as a
+    connect time-out); the user is told the connection broke, as with every failed connection."""
     from chat.agents import openai as openai_agent_module
 
     monkeypatch.setattr(openai_agent_module, "MAX_RETRIES", 0)
