@@ -16,7 +16,14 @@ sockets (issue 15: 500 users connecting at once).
   second `epoll_ctl`), for every frame and every SSE chunk. A write to a connection with
   nothing queued is now sent at once, as asyncio's own transports do; whatever the kernel
   does not take at once (or an error) is queued as before, so the order and Twisted's
-  handling of full buffers, producers and lost connections stay its own.
+  handling of full buffers, producers and lost connections stay its own. That holds for
+  `writeSequence` too, which is how Twisted writes an HTTP answer's headers and each chunk
+  of a chunked body (an SSE stream's every event): its pieces go out in one `send`.
+- Twisted parses the body of every POST whose `Content-Type` is a form into `request.args`
+  (the type itself through `email`'s header parser, ~0.2 ms; a multipart body whole, on the
+  event loop, before any limit of Django's applies). Daphne never reads `args`: it hands the
+  raw body to Django, which parses what a view asks for within its own limits. Daphne's
+  requests now skip that parse.
 """
 
 import pprint
@@ -57,38 +64,81 @@ class _FormattedWhenWritten:
         return format(str(self), spec)
 
 
+def _idle(connection) -> bool:
+    """Whether a write to this connection could go out now: plain TCP, open, nothing queued."""
+    return (
+        not connection.TLS
+        and connection.connected
+        and not connection.disconnecting
+        and not connection._writeDisconnected
+        and not connection._tempDataBuffer
+        and connection.offset == len(connection.dataBuffer)
+    )
+
+
+def _send_now(connection, data: bytes) -> bytes:
+    """Send what the kernel takes at once; the rest, for Twisted to queue."""
+    try:
+        sent = connection.socket.send(data)
+    except OSError:  # full (EAGAIN) or failing: queued, Twisted meets it as before
+        sent = 0
+    return data[sent:]
+
+
 def _sent_at_once(write):
     """`tcp.Connection.write`, sending at once what nothing queued is ahead of."""
 
     def write_now(self, data: bytes) -> None:
-        if (
-            type(data) is bytes
-            and not self.TLS
-            and self.connected
-            and not self.disconnecting
-            and not self._writeDisconnected
-            and not self._tempDataBuffer
-            and self.offset == len(self.dataBuffer)
-        ):
-            try:
-                sent = self.socket.send(data)
-            except OSError:  # full (EAGAIN) or failing: queued, Twisted meets it as before
-                sent = 0
-            if sent == len(data):
+        if type(data) is bytes and _idle(self):
+            data = _send_now(self, data)
+            if not data:
                 return
-            data = data[sent:]
         write(self, data)
 
     write_now.sent_at_once = True
     return write_now
 
 
+def _sequence_sent_at_once(write_sequence):
+    """`tcp.Connection.writeSequence`, its pieces joined and sent at once when nothing
+    queued is ahead of them."""
+
+    def write_sequence_now(self, iovec) -> None:
+        if type(iovec) is list and all(type(i) is bytes for i in iovec) and _idle(self):
+            rest = _send_now(self, b"".join(iovec))
+            if rest:
+                write_sequence(self, [rest])
+            return
+        write_sequence(self, iovec)
+
+    write_sequence_now.sent_at_once = True
+    return write_sequence_now
+
+
+def _without_form_parsing(init):
+    """`daphne.http_protocol.WebRequest.__init__`, its request told not to parse form bodies
+    (Twisted's `parsePOSTFormSubmission`)."""
+
+    def init_without_form_parsing(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        self._parsePOSTFormSubmission = False
+
+    init_without_form_parsing.without_form_parsing = True
+    return init_without_form_parsing
+
+
 def daphne_connection_tweaks() -> None:
-    """Install the deferred formatting in autobahn (which Daphne's sockets run on) and the
-    immediate writes in Twisted's TCP connections (which Daphne serves HTTP and sockets on)."""
+    """Install the deferred formatting in autobahn (which Daphne's sockets run on), the
+    immediate writes in Twisted's TCP connections (which Daphne serves HTTP and sockets on)
+    and Daphne's requests without Twisted's form parsing."""
     from autobahn.websocket import protocol
+    from daphne.http_protocol import WebRequest
     from twisted.internet import tcp
 
     protocol.pformat = _FormattedWhenWritten
     if not getattr(tcp.Connection.write, "sent_at_once", False):
         tcp.Connection.write = _sent_at_once(tcp.Connection.write)
+    if not getattr(tcp.Connection.writeSequence, "sent_at_once", False):
+        tcp.Connection.writeSequence = _sequence_sent_at_once(tcp.Connection.writeSequence)
+    if not getattr(WebRequest.__init__, "without_form_parsing", False):
+        WebRequest.__init__ = _without_form_parsing(WebRequest.__init__)
