@@ -16,17 +16,33 @@ no thread while it streams, and lanes are reused rather than started per request
 The middleware chain is Django's `MIDDLEWARE`, each of Django's sync middlewares served by its
 async-native twin (`ASYNC_TWINS`, geosense/middleware.py): the same behaviour without a thread hop
 per step. `MIDDLEWARE` keeps Django's names, which Django's deploy checks look for.
+
+Django sends `request_started` and `request_finished` (the response's close) through a thread
+hop each, for their sync receivers. Django's own need none here (`_signal_send`): two look after
+the connections of the thread that serves the request, and a request's lane holds none when it is
+taken and closes its own when the request ends (`RequestThreads.end`), so they have nothing to
+do; the other two only reset what the request's context holds. Any other sync receiver still
+runs as Django runs it, in the request's thread.
 """
 
+import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
-from asgiref.sync import SyncToAsync, ThreadSensitiveContext
+from asgiref.sync import SyncToAsync, ThreadSensitiveContext, sync_to_async
 from django.conf import settings
+from django.core import signals
+from django.core.cache import close_caches
+from django.core.exceptions import RequestAborted
 from django.core.handlers import asgi
-from django.db import connections
+from django.core.handlers.base import reset_urlconf
+from django.db import close_old_connections, connections, reset_queries
+from django.dispatch import Signal
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+from django.urls import set_script_prefix
 
 # Django's middleware (its `MIDDLEWARE` name) → its async-native twin (geosense/middleware.py).
 ASYNC_TWINS: dict[str, str] = {
@@ -151,14 +167,123 @@ class _RequestContext(ThreadSensitiveContext):
         await super().__aexit__(exc, value, tb)
 
 
+# Django's receivers of `request_started` and `request_finished` that need no thread here:
+# those of the request thread's connections (a lane holds none when it is taken, and closes its
+# own at the request's end), and those of the request's context alone, run on the loop.
+_LANES_DO_THEIRS = frozenset({close_old_connections, reset_queries})
+_CONTEXT_ONLY = frozenset({close_caches, reset_urlconf})
+
+
+def _sync_receivers_known(signal: Signal, sender: type) -> list[Callable] | None:
+    """The signal's receivers to run on the loop, if every receiver is one of Django's above;
+    None if any other is connected (or any async one)."""
+    sync_receivers, async_receivers = signal._live_receivers(sender)
+    if async_receivers or any(
+        r not in _LANES_DO_THEIRS and r not in _CONTEXT_ONLY for r in sync_receivers
+    ):
+        return None
+    return [r for r in sync_receivers if r in _CONTEXT_ONLY]
+
+
+async def _signal_send(signal: Signal, sender: type, **named: Any) -> None:
+    """`signal.asend`, without its thread hop when only Django's own receivers listen."""
+    receivers = _sync_receivers_known(signal, sender)
+    if receivers is None:
+        await signal.asend(sender=sender, **named)
+        return
+    for receiver in receivers:
+        receiver(signal=signal, sender=sender, **named)
+
+
+def _closes_on_loop(response: HttpResponseBase) -> bool:
+    """Whether closing the response needs no thread: its closers are requests' own (the body
+    stream and any uploaded files, as Django's handler closes the body on the loop itself),
+    and only Django's own receivers hear `request_finished`."""
+    for closer in response._resource_closers:
+        owner = getattr(closer, "__self__", None)
+        if not isinstance(owner, HttpRequest) or closer.__func__ is not type(owner).close:
+            return False
+    return _sync_receivers_known(signals.request_finished, response._handler_class) is not None
+
+
+async def _response_close(response: HttpResponseBase) -> None:
+    """`response.close()` (its closers, then `request_finished`), on the loop when it needs no
+    thread (`_closes_on_loop`), else in the request's thread as Django runs it."""
+    if not _closes_on_loop(response):
+        await sync_to_async(response.close)()
+        return
+    for closer in response._resource_closers:
+        try:
+            closer()
+        except Exception:  # as Django's close: a closer's failure does not stop the others
+            pass
+    response._resource_closers.clear()
+    response.closed = True
+    await _signal_send(signals.request_finished, response._handler_class)
+
+
 class ASGIHandler(asgi.ASGIHandler):
-    """Django's ASGI handler with per-request lanes and the async-native middleware chain."""
+    """Django's ASGI handler with per-request lanes, the async-native middleware chain and
+    Django's request signals without thread hops when only Django's own receivers listen."""
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await super().__call__(scope, receive, send)
         async with _RequestContext():
             await self.handle(scope, receive, send)
+
+    async def handle(self, scope, receive, send):
+        """Django 5.2's `ASGIHandler.handle`, its signals sent by `_signal_send` and the
+        response closed by `_response_close`."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(asgi.get_script_prefix(scope))
+        await _signal_send(signals.request_started, self.__class__, scope=scope)
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            body_file.close()
+            await self.send_response(error_response, send)
+            await _response_close(error_response)
+            return
+
+        async def process_request(request, send):
+            response = await self.run_get_response(request)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # the client went away during send_response
+            return response
+
+        # The disconnect listener first: it cancels the view if the client goes away.
+        tasks = [
+            asyncio.create_task(self.listen_for_disconnect(receive)),
+            asyncio.create_task(process_request(request, send)),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        try:
+            response = tasks[1].result()
+        except asyncio.CancelledError:
+            await _signal_send(signals.request_finished, self.__class__)
+        else:
+            await _response_close(response)
+        body_file.close()
 
     def load_middleware(self, is_async: bool = False) -> None:
         """Django's chain, built with each middleware of `ASYNC_TWINS` replaced by its twin.

@@ -1,7 +1,7 @@
 """The ASGI application's request path (geosense/handler.py, geosense/middleware.py): a request
 holds no thread of its own while it streams, makes no thread hop besides its trips to the
-database pool and Django's two around the request (`request_started`, the response's close),
-and behaves as Django's own chain did: sessions, login, CSRF on cookie writes, bearer tokens,
+database pool (not even Django's two around the request while only Django's own receivers
+listen), and behaves as Django's own chain did: sessions, login, CSRF on cookie writes, bearer tokens,
 messages, the security headers, the admin.
 
 Each request goes through `geosense.asgi.application`, as under Daphne (Django's test clients
@@ -17,6 +17,7 @@ import pytest
 from asgiref.testing import ApplicationCommunicator
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
+from django.core.signals import request_finished, request_started
 
 import chat.api
 from chat.models import ChatSession
@@ -184,12 +185,11 @@ async def test_streamed_turns_in_flight_hold_no_thread_each(held_turns):
         await _stream_end(app)
 
 
-async def test_a_streamed_request_hops_only_to_the_pool_and_around_the_request(
-    held_turns, monkeypatch
-):
-    """Besides its trips to the database pool, a streamed request makes two thread hops,
-    Django's `request_started` and the response's close; each of Django's sync middlewares
-    added two (CSRF three), and each ORM call of the view one."""
+async def test_a_streamed_request_hops_only_to_the_pool(held_turns, monkeypatch):
+    """Besides its trips to the database pool, a streamed request makes no thread hop. Django's
+    `request_started` and the response's close made one each (for receivers of Django's own
+    that need no thread here), each of Django's sync middlewares two (CSRF three), and each
+    ORM call of the view one."""
     _, token, session = await database_sync_to_async(someone)("alice")
     costs = Costs(monkeypatch)
     app = await _stream_start(token, session)
@@ -197,7 +197,27 @@ async def test_a_streamed_request_hops_only_to_the_pool_and_around_the_request(
     await _stream_end(app)
 
     pools = costs.trips + costs.request_trips
-    assert costs.hops - pools <= 2, (costs.hops, pools)
+    assert costs.hops == pools, (costs.hops, pools)
+
+
+async def test_a_receiver_of_the_apps_own_hears_each_request_begin_and_end_in_a_thread():
+    """Only Django's own receivers of the request signals skip the thread hop: another one is
+    run as Django runs it, off the event loop."""
+    heard = []
+
+    def receiver(signal, **kwargs):
+        heard.append((signal, threading.current_thread() is threading.main_thread()))
+
+    request_started.connect(receiver)
+    request_finished.connect(receiver)
+    try:
+        answer = await call("GET", "/api/sessions")
+    finally:
+        request_started.disconnect(receiver)
+        request_finished.disconnect(receiver)
+
+    assert answer.status == 401
+    assert heard == [(request_started, False), (request_finished, False)]
 
 
 async def test_a_cookie_session_streams_with_its_csrf_token_and_is_refused_without(held_turns):
