@@ -104,7 +104,7 @@ def _sequence_sent_at_once(write_sequence):
     queued is ahead of them."""
 
     def write_sequence_now(self, iovec) -> None:
-        if type(iovec) is list and all(type(i) is bytes for i in iovec) and _idle(self):
+        if type(iovec) in (list, tuple) and all(type(i) is bytes for i in iovec) and _idle(self):
             rest = _send_now(self, b"".join(iovec))
             if rest:
                 write_sequence(self, [rest])

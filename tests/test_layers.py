@@ -4,6 +4,7 @@ import socket
 
 import pytest
 from twisted.internet import abstract, tcp
+from twisted.web import http
 
 import geosense.asgi  # noqa: F401  (the process's set-up, as Daphne imports it)
 
@@ -68,7 +69,7 @@ def test_a_sequence_written_to_an_idle_connection_is_sent_at_once_in_one_send(qu
         real_send = ours.send
         connection.socket = type("Counted", (), {})()
         connection.socket.send = lambda data: sends.append(data) or real_send(data)
-        connection.writeSequence([b"5\r\n", b"event", b"\r\n"])
+        connection.writeSequence(http.toChunk(b"event"))  # a tuple, as Twisted's HTTP writes it
         if queued:
             assert Reactor.writers == [connection]
             connection.socket = ours
@@ -84,7 +85,6 @@ def test_daphnes_requests_leave_form_bodies_to_django(monkeypatch):
     `args` on the event loop, a multipart body whole, before Django's limits; Daphne never
     reads `args`. Its requests skip that parse and hand the body on unread."""
     from daphne.http_protocol import WebRequest
-    from twisted.web import http
 
     parsed = []
     monkeypatch.setattr(http, "_parseContentType", lambda line: parsed.append(line) or b"")
