@@ -181,6 +181,8 @@ class ModelClient:
 
     session: aiohttp.ClientSession
     url: str
+    proxy: str | None  # the environment's for `url`, passed per request (older aiohttp has no
+    # session-wide proxy)
 
 
 _clients: weakref.WeakKeyDictionary[
@@ -216,9 +218,8 @@ def _client_build(config: ProviderConfig) -> ModelClient:
             total=None, connect=config.connect_timeout, sock_connect=config.connect_timeout
         ),
         cookie_jar=aiohttp.DummyCookieJar(),
-        proxy=_environment_proxy(url),
     )
-    return ModelClient(session=session, url=url)
+    return ModelClient(session=session, url=url, proxy=_environment_proxy(url))
 
 
 def _headers(config: ProviderConfig) -> dict[str, str]:
@@ -385,7 +386,7 @@ async def _post(client: ModelClient, body: bytes, *, deadline: float) -> aiohttp
         timeout = asyncio.timeout_at(deadline)
         try:
             async with timeout:
-                response = await client.session.post(client.url, data=body)
+                response = await client.session.post(client.url, data=body, proxy=client.proxy)
                 if response.status < 400:
                     return response
                 failure = await _status_error(response)

@@ -301,3 +301,17 @@ async def test_an_http_error_keeps_the_servers_explanation(client, trusted_calle
             "HTTP 400. max_tokens must be at most 4096"
         }
     ]
+
+
+def test_the_proxy_the_environment_names_is_used_unless_no_proxy_covers_the_host(monkeypatch):
+    """As httpx read the environment for the SDK; looked up once per client, not per request."""
+    from chat.agents.openai import _environment_proxy
+
+    for name in ("HTTP_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "llm.internal")
+
+    assert _environment_proxy("https://api.openai.com/v1") == "http://proxy.example:3128"
+    assert _environment_proxy("https://llm.internal/v1") is None
+    assert _environment_proxy("http://127.0.0.1:8080/v1") is None  # no HTTP_PROXY
