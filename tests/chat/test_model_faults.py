@@ -118,7 +118,7 @@ async def test_turns_share_one_client_and_only_a_long_body_is_serialised_off_the
     assert len(builds) == 1
     assert bodies == [main] * 3
 
-    long_history = [{"role": "user", "content": "x" * 40_000}]
+    long_history = [{"role": "user", "content": "x" * openai_agent_module.INLINE_BODY_CHARS}]
     await _answer(agent_configured(), history=long_history)
     many = [{"role": "user", "content": "hi"}] * (openai_agent_module.INLINE_MESSAGES + 1)
     await _answer(agent_configured(), history=many)
