@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from types import FunctionType
 from typing import Any
 
 from asgiref.sync import SyncToAsync
@@ -154,6 +155,23 @@ def request_pool() -> _Pool:
     return _request_pool
 
 
+# The coroutine function of each module-level function, per pool: asgiref's constructor checks
+# the function and copies its attributes (~4 µs), and every trip (about ten a turn) made one.
+# Closures, lambdas and bound methods (new objects each time) get a new one per call.
+_made: dict[tuple[Callable, _Pool], _PoolSyncToAsync] = {}
+
+
+def _on_pool(function: Callable, pool: _Pool) -> _PoolSyncToAsync:
+    if type(function) is not FunctionType or "<" in function.__qualname__:
+        return _PoolSyncToAsync(function, thread_sensitive=False, executor=pool)
+    made = _made.get((function, pool))
+    if made is None:
+        made = _made[function, pool] = _PoolSyncToAsync(
+            function, thread_sensitive=False, executor=pool
+        )
+    return made
+
+
 def in_request_thread(function: Callable) -> Callable:
     """`function` as a coroutine function run in the requests' pool (`request_pool`).
 
@@ -162,7 +180,7 @@ def in_request_thread(function: Callable) -> Callable:
     streamed turn's length, geosense/handler.py), and on the engine's pool it would queue
     behind every turn's work (one thread with SQLite: at 200 users, turns waited there 0.3-1 s
     for each request's token and session checks)."""
-    return _PoolSyncToAsync(function, thread_sensitive=False, executor=request_pool())
+    return _on_pool(function, request_pool())
 
 
 def in_db_thread(function: Callable) -> Callable:
@@ -170,7 +188,7 @@ def in_db_thread(function: Callable) -> Callable:
 
     Never for code that waits on the event loop (`async_to_sync`) or on another pool call: a
     full pool would wait on itself."""
-    return _PoolSyncToAsync(function, thread_sensitive=False, executor=db_pool())
+    return _on_pool(function, db_pool())
 
 
 # The connection `sqlite_wal_keep` keeps open for the life of the process.

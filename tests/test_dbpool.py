@@ -131,3 +131,29 @@ async def test_both_pools_keep_their_sqlite_connections_between_calls(monkeypatc
     first = await dbpool.in_db_thread(query)()
     assert await dbpool.in_db_thread(query)() is first
     assert idle_closes == []
+
+
+def _answer(value: int) -> int:
+    return value
+
+
+async def test_a_module_functions_trips_share_one_wrapper(monkeypatch):
+    """asgiref's `SyncToAsync` checks and copies the function it wraps as it is made (~4 µs),
+    and every trip to a pool made one: a module-level function's is made once per pool, a
+    closure's (a new object each time) per call, as before."""
+    made = []
+    real_init = dbpool._PoolSyncToAsync.__init__
+
+    def counted(wrapper, *args, **kwargs):
+        made.append(wrapper)
+        real_init(wrapper, *args, **kwargs)
+
+    monkeypatch.setattr(dbpool._PoolSyncToAsync, "__init__", counted)
+    answers = [await dbpool.in_db_thread(_answer)(n) for n in range(3)]
+    answers += [await dbpool.in_request_thread(_answer)(n) for n in range(3)]
+    before_closures = len(made)
+    answers += [await dbpool.in_db_thread(lambda n=n: n)() for n in range(2)]
+
+    assert answers == [0, 1, 2, 0, 1, 2, 0, 1]
+    assert before_closures <= 2
+    assert len(made) - before_closures == 2
