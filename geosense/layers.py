@@ -10,7 +10,9 @@ sockets (issue 15: 500 users connecting at once).
   after a day: a second late changes nothing).
 - `daphne_connection_tweaks`: autobahn pretty-prints its 29 configuration attributes for a
   debug log line as each connection is made, whether or not debug logging is on (~0.3 ms of
-  the event loop per socket); the text is now made only if the line is written. And Twisted
+  the event loop per socket), and names the method and colours the values of another for
+  every frame it sends (`hltype`, `hlval`: `inspect` and `click.style`, ~10 µs a frame); the
+  text is now made only if the line is written. And Twisted
   queues every write to a TCP connection for the reactor's next round: it registers the
   socket for writability (an `epoll_ctl`), waits a loop round, sends, and unregisters it (a
   second `epoll_ctl`), for every frame and every SSE chunk. A write to a connection with
@@ -28,6 +30,8 @@ sockets (issue 15: 500 users connecting at once).
 
 import pprint
 import time
+from collections.abc import Callable
+from typing import Any
 
 from channels.layers import InMemoryChannelLayer as ChannelsInMemoryChannelLayer
 
@@ -50,18 +54,27 @@ class InMemoryChannelLayer(ChannelsInMemoryChannelLayer):
 
 
 class _FormattedWhenWritten:
-    """`pprint.pformat(value)`, computed only if the log line is formatted."""
+    """`text(value, **options)`, computed only if the log line is formatted."""
 
-    __slots__ = ("value",)
+    __slots__ = ("options", "text", "value")
 
-    def __init__(self, value: object) -> None:
-        self.value = value
+    def __init__(self, text: Callable[..., str], value: object, options: dict) -> None:
+        self.text, self.value, self.options = text, value, options
 
     def __str__(self) -> str:
-        return pprint.pformat(self.value)
+        return self.text(self.value, **self.options)
 
     def __format__(self, spec: str) -> str:
         return format(str(self), spec)
+
+
+def _when_written(text: Callable[..., str]) -> Callable[..., _FormattedWhenWritten]:
+    """`text`, deferred until a log line that holds its result is formatted."""
+
+    def deferred(value: object, **options: Any) -> _FormattedWhenWritten:
+        return _FormattedWhenWritten(text, value, options)
+
+    return deferred
 
 
 def _idle(connection) -> bool:
@@ -131,11 +144,16 @@ def daphne_connection_tweaks() -> None:
     """Install the deferred formatting in autobahn (which Daphne's sockets run on), the
     immediate writes in Twisted's TCP connections (which Daphne serves HTTP and sockets on)
     and Daphne's requests without Twisted's form parsing."""
+    from autobahn import util
+    from autobahn.twisted import websocket
     from autobahn.websocket import protocol
     from daphne.http_protocol import WebRequest
     from twisted.internet import tcp
 
-    protocol.pformat = _FormattedWhenWritten
+    protocol.pformat = _when_written(pprint.pformat)
+    for module in (protocol, websocket):  # frames sent, frames received
+        module.hltype = _when_written(util.hltype)
+        module.hlval = _when_written(util.hlval)
     if not getattr(tcp.Connection.write, "sent_at_once", False):
         tcp.Connection.write = _sent_at_once(tcp.Connection.write)
     if not getattr(tcp.Connection.writeSequence, "sent_at_once", False):

@@ -194,3 +194,36 @@ async def test_a_frame_to_the_page_is_handed_to_daphne_in_one_step(monkeypatch):
     await bind_and_register(ws, session)
     await ws.disconnect()
     assert through_channels == ["websocket.accept"]
+
+
+async def test_a_frame_sent_or_received_builds_no_debug_text(monkeypatch):
+    """autobahn named the method and coloured the values of a debug line (not written) for
+    every frame it sent or received: `inspect` and `click.style`, ~10 µs a frame."""
+    from autobahn import util
+    from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
+    from twisted.internet.testing import StringTransport
+
+    import geosense.asgi  # noqa: F401  (the process's set-up, as Daphne imports it)
+
+    styled = []
+    monkeypatch.setattr(util, "hl", lambda text, **style: styled.append(text) or str(text))
+    factory = WebSocketServerFactory()
+    factory.protocol = WebSocketServerProtocol
+    protocol = factory.buildProtocol(("127.0.0.1", 1))
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    protocol.dataReceived(
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    assert protocol.state == protocol.STATE_OPEN
+    received = []
+    protocol.onMessage = lambda payload, binary: received.append(payload)
+    styled.clear()  # the connection's own lines (once per socket) are not counted
+    protocol.sendMessage(b'{"type": "event"}')
+    page = b'{"type": "session-bind"}'
+    protocol.dataReceived(bytes([0x81, 0x80 | len(page)]) + bytes(4) + page)  # masked by zeros
+
+    assert transport.value().endswith(b'{"type": "event"}')
+    assert received == [page]
+    assert styled == []
