@@ -263,17 +263,32 @@ async def artifact_detail(request: HttpRequest, session_id, artifact_id: str) ->
 # --- turns as Server-Sent Events -------------------------------------------------------------
 
 
+def _drained(queue: "asyncio.Queue[TurnEvent]", frames: list[str]) -> bool:
+    """Add the frames of the events queued now to `frames`, up to `turn_end`; whether it came."""
+    while not queue.empty():
+        event = queue.get_nowait()
+        frames.append(sse_frame(event))
+        if event.event == "turn_end":
+            return True
+    return False
+
+
 async def _follow(prepared: PreparedTurn) -> AsyncIterator[str]:
     """Stream a turn's events. The turn is a task of its own: if this client goes away,
     Django cancels this iterator and the turn still runs to its end and is stored.
 
     The events queued by the time this stream runs go out as one chunk: each chunk is a trip
     through Django's response, Daphne and the socket, and under load several events of a
-    turn wait together (the same bytes either way)."""
+    turn wait together (the same bytes either way). The first chunk, `: ok`, waits for the
+    turn's first step (one round of the loop, until its first wait) and takes its
+    `turn_start` along."""
     queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
     task = turn_launch(prepared, listener=queue.put_nowait)
-    yield ": ok\n\n"
-    while True:
+    await asyncio.sleep(0)
+    frames = [": ok\n\n"]
+    ended = _drained(queue, frames)
+    yield "".join(frames)
+    while not ended:
         try:
             async with asyncio.timeout(KEEPALIVE_SECONDS):  # no task per event, as wait_for's
                 event = await queue.get()
@@ -283,12 +298,8 @@ async def _follow(prepared: PreparedTurn) -> AsyncIterator[str]:
             yield ": keep-alive\n\n"
             continue
         frames = [sse_frame(event)]
-        while event.event != "turn_end" and not queue.empty():
-            event = queue.get_nowait()
-            frames.append(sse_frame(event))
+        ended = event.event == "turn_end" or _drained(queue, frames)
         yield "".join(frames)
-        if event.event == "turn_end":
-            return
 
 
 def _stream_response(prepared: PreparedTurn) -> StreamingHttpResponse:

@@ -196,14 +196,17 @@ async def test_a_client_that_disconnects_mid_stream_loses_nothing(
 
 async def test_events_queued_together_go_out_in_one_chunk(client, trusted_caller, monkeypatch):
     """Each chunk of the stream is a write through Django, Daphne and the socket: the events
-    a turn emitted by the time the stream runs are sent together, in order, once `: ok` has
-    gone (the headers and the first bytes do not wait for the turn)."""
+    a turn emitted by the time the stream runs are sent together, in order; the first
+    chunk, `: ok`, takes along what the turn's first step emitted (its `turn_start`): a
+    chunk fewer per turn."""
     import chat.api
     from geosense.wire import TurnEvent
 
     def launch(prepared, *, listener):
         async def turn():
-            for name in ("turn_start", "text_delta", "message"):
+            listener(TurnEvent("turn_start", {"n": "turn_start"}))
+            await asyncio.sleep(0)
+            for name in ("text_delta", "message"):
                 listener(TurnEvent(name, {"n": name}))
             await asyncio.sleep(0)
             listener(TurnEvent("turn_end", {}))
@@ -220,8 +223,7 @@ async def test_events_queued_together_go_out_in_one_chunk(client, trusted_caller
     chunks = [c if isinstance(c, str) else c.decode() async for c in response.streaming_content]
 
     assert chunks == [
-        ": ok\n\n",
-        'event: turn_start\ndata: {"n": "turn_start"}\n\n'
+        ': ok\n\nevent: turn_start\ndata: {"n": "turn_start"}\n\n',
         'event: text_delta\ndata: {"n": "text_delta"}\n\n'
         'event: message\ndata: {"n": "message"}\n\n',
         "event: turn_end\ndata: {}\n\n",
