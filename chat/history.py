@@ -19,12 +19,14 @@ window needs a bound, not a tokenizer.
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Case, F, QuerySet, TextField, Value, When
+from django.db.models import Case, F, IntegerField, QuerySet, TextField, Value, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Length, Substr
 
@@ -94,12 +96,15 @@ class _Row:
     size: int
     tool_calls: list[dict[str, Any]]
     tool_call_id: str
+    cut_off: bool
 
 
-def _rows_before_query(session_id: object, before: int | None) -> QuerySet:
+def _rows_query(session_id: object, before: int | None, after: int | None) -> QuerySet:
     rows = Message.objects.filter(session_id=session_id).exclude(role=Message.Role.NOTE)
     if before is not None:
         rows = rows.filter(id__lt=before)
+    if after is not None:
+        rows = rows.filter(id__gt=after)
     rows = rows.annotate(
         text=Case(
             When(role=Message.Role.TOOL, then=Substr("content", 1, TOOL_RESULT_CHARS)),
@@ -108,37 +113,42 @@ def _rows_before_query(session_id: object, before: int | None) -> QuerySet:
         ),
         size=Length("content"),
     ).order_by("-id")
-    fields = ("id", "turn", "role", "text", "size", "tool_calls", "tool_call_id")
+    fields = ("id", "turn", "role", "text", "size", "tool_calls", "tool_call_id", "cut_off")
     return rows.values_list(*fields)[:READ_BATCH]
 
 
-def _rows_before_tail(connection: Any, session_id: object, before: int | None) -> list[Any]:
+def _rows_tail(connection: Any, session_id: object, before: int | None, after: int | None):
     tail = [db_value(Message, "session", session_id, connection), Message.Role.NOTE]
-    return tail if before is None else [*tail, before]
+    return [*tail, *(bound for bound in (before, after) if bound is not None)]
 
 
-# Every step of every turn reads its window: compiled once per process (geosense/compiled.py).
-_ROWS_BEFORE = CompiledRead(
-    build=_rows_before_query,
-    tail=_rows_before_tail,
-    shape=lambda session_id, before: before is None,
+# Every step of every turn reads rows of its window: compiled once per process
+# (geosense/compiled.py). READ_BATCH is the SQL's LIMIT (tests change it).
+_ROWS = CompiledRead(
+    build=_rows_query,
+    tail=_rows_tail,
+    shape=lambda session_id, before, after: (before is None, after is None, READ_BATCH),
 )
-
-
-def _rows_before(session_id: object, before: int | None) -> list[_Row]:
-    return [_Row(*values) for values in _ROWS_BEFORE.rows(session_id, before)]
 
 
 def contexts_of_messages(message_ids: Iterable[int]) -> dict[int, list[tuple[str, str, Any]]]:
     """message id → [(artifact_id, kind, data)]; a picture's data is its size only (the PNG is
     read for the one message whose picture is sent, `_pictures_of`). One query."""
+    return {
+        message_id: [context[1:] for context in found]
+        for message_id, found in _contexts_read(message_ids).items()
+    }
+
+
+def _contexts_read(message_ids: Iterable[int]) -> dict[int, list[tuple[int, str, str, Any]]]:
+    """`contexts_of_messages` with each artifact's primary key first."""
     ids = list(message_ids)
     if not ids:
         return {}
-    found: dict[int, list[tuple[str, str, Any]]] = {}
-    for message_id, artifact_id, kind, body, width, height in _CONTEXTS.rows(ids):
+    found: dict[int, list[tuple[int, str, str, Any]]] = {}
+    for pk, message_id, artifact_id, kind, body, width, height in _CONTEXTS.rows(ids):
         data = {"width": _whole(width), "height": _whole(height)} if kind == "image" else body
-        found.setdefault(message_id, []).append((artifact_id, kind, data))
+        found.setdefault(message_id, []).append((pk, artifact_id, kind, data))
     return found
 
 
@@ -151,7 +161,7 @@ def _contexts_query(ids: list[int]) -> QuerySet:
             height=KT("data__height"),
         )
         .order_by("id")
-        .values_list("message_id", "artifact_id", "kind", "body", "width", "height")
+        .values_list("id", "message_id", "artifact_id", "kind", "body", "width", "height")
     )
 
 
@@ -216,10 +226,10 @@ def _tool_text(row: _Row) -> str:
 
 
 def _entry(
-    row: _Row, contexts: dict[int, list[tuple[str, str, Any]]], pictures: dict[str, str] | None
+    row: _Row, contexts: list[tuple[str, str, Any]], pictures: dict[str, str] | None
 ) -> tuple[dict[str, Any], int]:
     if row.role == Message.Role.USER:
-        content, tokens = user_content(row.text, contexts.get(row.id, []), pictures=pictures)
+        content, tokens = user_content(row.text, contexts, pictures=pictures)
         return {"role": "user", "content": content}, tokens + 4
     if row.role == Message.Role.ASSISTANT:
         entry: dict[str, Any] = {"role": "assistant", "content": row.text or None}
@@ -237,6 +247,44 @@ def _entry(
     return entry, tokens_estimate(entry)
 
 
+# What a kept row's entry depends on that may change in the database, as `_CHECK` reads it:
+# the length of its text while it is cut off (a draft's text only grows, and completing it
+# clears the flag; no UPDATE touches a message that is not cut off, chat/services.py), and the
+# primary keys of the contexts attached to it (an artifact is attached as it is stored and
+# never changed, only deleted). Rows are never renumbered: ids are never reused.
+_Sig = tuple[int | None, frozenset[int]]
+
+
+@dataclass
+class _Kept:
+    """A row as the window reads it, with its contexts and what it was read with (`_Sig`),
+    kept from one step to the next; its entry is made once."""
+
+    row: _Row
+    contexts: list[tuple[str, str, Any]]
+    sig: _Sig
+    entry: tuple[dict[str, Any], int] | None = None  # without pictures (shared: never changed)
+
+    def entry_of(self, pictures: dict[str, str] | None) -> tuple[dict[str, Any], int]:
+        if pictures is not None:
+            return _entry(self.row, self.contexts, pictures)
+        if self.entry is None:
+            self.entry = _entry(self.row, self.contexts, None)
+        return self.entry
+
+
+def _read(session_id: object, *, before: int | None = None, after: int | None = None):
+    """A batch of rows, newest first (`after`: only newer ones), with their contexts."""
+    rows = [_Row(*values) for values in _ROWS.rows(session_id, before, after)]
+    contexts = _contexts_read(row.id for row in rows if row.role == Message.Role.USER)
+    kept = []
+    for row in rows:
+        found = contexts.get(row.id, [])
+        sig = (row.size if row.cut_off else None, frozenset(context[0] for context in found))
+        kept.append(_Kept(row=row, contexts=[context[1:] for context in found], sig=sig))
+    return kept
+
+
 @dataclass
 class _Gather:
     """Whole turns, newest first, while they fit."""
@@ -247,20 +295,20 @@ class _Gather:
     used: int = 0
     latest_user: tuple[str, list[tuple[str, str, Any]]] | None = None
 
-    def take(self, rows: list[_Row], contexts: dict[int, list[tuple[str, str, Any]]]) -> bool:
+    def take(self, rows: list[_Kept]) -> bool:
         """Add one turn (`rows` newest first); False when it does not fit (nothing added)."""
         newest = not self.turns
         entries, cost = [], 0
-        for row in reversed(rows):
+        for kept in reversed(rows):
             pictures = None
             if (
                 newest
                 and self.images
-                and row.role == Message.Role.USER
-                and any(kind == "image" for _, kind, _ in contexts.get(row.id, ()))
+                and kept.row.role == Message.Role.USER
+                and any(kind == "image" for _, kind, _ in kept.contexts)
             ):
-                pictures = _pictures_of(row.id)
-            entry, tokens = _entry(row, contexts, pictures)
+                pictures = _pictures_of(kept.row.id)
+            entry, tokens = kept.entry_of(pictures)
             entries.append(entry)
             cost += tokens
         if not newest and self.used + cost > self.budget:
@@ -270,40 +318,159 @@ class _Gather:
         return True
 
 
+# --- the rows kept between steps -------------------------------------------------------------
+
+# The check reads at most this many rows (a row per attached context); a session whose kept
+# rows come near it is read from the database at every step, as without keeping.
+CHECK_ROWS = 2_048
+# Characters of text kept for all sessions together (the least recently used go first).
+KEPT_CHARS = 8_000_000
+
+
+@dataclass
+class _Session:
+    """A session's rows from its newest down to `rows[-1]`, as the last window walked them."""
+
+    rows: list[_Kept]  # newest first, no row of the session missing between them
+    complete: bool  # rows[-1] is the session's oldest row
+    chars: int
+
+
+class _KeptSessions:
+    """The sessions' kept rows, least recently used first, at most `KEPT_CHARS` of text.
+    A session's window is read by the turn holding its claim: one reader at a time, which
+    takes the rows out (`take`) and puts back what it walked (`put`)."""
+
+    def __init__(self) -> None:
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def take(self, key: str) -> _Session | None:
+        with self._lock:
+            session = self._sessions.pop(key, None)
+            if session is not None:
+                self._chars -= session.chars
+            return session
+
+    def put(self, key: str, rows: list[_Kept], *, complete: bool) -> None:
+        chars = sum(len(kept.row.text) + 64 for kept in rows)
+        if not rows or chars > KEPT_CHARS // 4 or len(rows) > CHECK_ROWS // 2:
+            return
+        with self._lock:
+            old = self._sessions.pop(key, None)
+            self._chars += chars - (old.chars if old is not None else 0)
+            self._sessions[key] = _Session(rows=rows, complete=complete, chars=chars)
+            while self._chars > KEPT_CHARS:
+                _, dropped = self._sessions.popitem(last=False)
+                self._chars -= dropped.chars
+
+    def clear(self) -> None:
+        with self._lock:
+            self._sessions.clear()
+            self._chars = 0
+
+
+_kept = _KeptSessions()
+
+
+def _check_query(session_id: object, since: int) -> QuerySet:
+    rows = (
+        Message.objects.filter(session_id=session_id)
+        .filter(id__gte=since)
+        .exclude(role=Message.Role.NOTE)
+    )
+    cut = Case(
+        When(cut_off=True, then=Length("content")), default=Value(None), output_field=IntegerField()
+    )
+    rows = rows.annotate(cut=cut).order_by("-id")
+    return rows.values_list("id", "cut", "artifact__id")[:CHECK_ROWS]
+
+
+def _check_tail(connection: Any, session_id: object, since: int) -> list[Any]:
+    return [db_value(Message, "session", session_id, connection), since, Message.Role.NOTE]
+
+
+# Every step checks its kept rows: compiled once per process.
+_CHECK = CompiledRead(
+    build=_check_query, tail=_check_tail, shape=lambda session_id, since: CHECK_ROWS
+)
+
+
+def _known(session_id: object, session: _Session | None) -> tuple[list[_Kept], bool]:
+    """The session's newest rows as far as they are known without reading them again, and
+    whether they reach its first row: the kept rows if one statement shows each still as it
+    was kept and no other row among them (a row deleted, a context added or removed, a draft
+    grown or completed, a row committed late: all read again), after the rows stored since."""
+    if session is None:
+        return [], False
+    rows = session.rows
+    since = 0 if session.complete else rows[-1].row.id
+    found = _CHECK.rows(session_id, since)
+    if len(found) >= CHECK_ROWS:
+        return [], False
+    seen: dict[int, tuple[int | None, set[int]]] = {}
+    for message_id, cut, context in found:
+        _, contexts = seen.setdefault(message_id, (cut, set()))
+        if context is not None:
+            contexts.add(context)
+    newest = rows[0].row.id
+    if [i for i in seen if i <= newest] != [kept.row.id for kept in rows] or any(
+        seen[kept.row.id] != kept.sig for kept in rows
+    ):
+        return [], False
+    if next(iter(seen)) == newest:
+        return rows, session.complete
+    fresh = _read(session_id, after=newest)
+    if len(fresh) >= READ_BATCH:  # too many to join up: the rows before them are read
+        return fresh, False
+    return fresh + rows, session.complete
+
+
 def history_window(*, session_id: object, budget: int, images: bool = False) -> HistoryWindow:
     """The newest whole turns of the session whose estimate fits `budget` tokens (the newest
     turn always), read from the database only as far back as they reach.
 
     `images`: the newest user message's pictures go as `image_url` parts (the model takes
-    images); older pictures, and every picture otherwise, are described in words."""
+    images); older pictures, and every picture otherwise, are described in words.
+
+    The rows a window walked are kept for the session's next one (its next step, its next
+    turn), which reads only the rows stored since and one statement checking the kept ones
+    (`_known`): a step costs what is new, not the window's length."""
+    key = str(session_id)
+    known, complete = _known(session_id, _kept.take(key))
     gather = _Gather(budget=budget, images=images, turns=[])
-    turn_rows: list[_Row] = []
-    contexts: dict[int, list[tuple[str, str, Any]]] = {}
-    before: int | None = None
-    while True:
-        batch = _rows_before(session_id, before)
-        contexts.update(contexts_of_messages(r.id for r in batch if r.role == Message.Role.USER))
-        if gather.latest_user is None:
-            newest = next((r for r in batch if r.role == Message.Role.USER), None)
-            if newest is not None:
-                gather.latest_user = (newest.text, contexts.get(newest.id, []))
-        for row in batch:
-            if turn_rows and row.turn != turn_rows[-1].turn:
-                if not gather.take(turn_rows, contexts):
-                    return _window(gather, left_out=True)
-                turn_rows = []
-            turn_rows.append(row)
-        if len(batch) < READ_BATCH:
-            break
-        before = batch[-1].id
-    if turn_rows and not gather.take(turn_rows, contexts):
-        return _window(gather, left_out=True)
-    return _window(gather, left_out=False)
-
-
-def _window(gather: _Gather, *, left_out: bool) -> HistoryWindow:
+    walked: list[_Kept] = []
+    turn_rows: list[_Kept] = []
+    for kept in _newest_first(session_id, known, complete):
+        walked.append(kept)
+        if gather.latest_user is None and kept.row.role == Message.Role.USER:
+            gather.latest_user = (kept.row.text, kept.contexts)
+        if turn_rows and kept.row.turn != turn_rows[-1].row.turn:
+            if not gather.take(turn_rows):
+                left_out, complete = True, False  # older rows may follow the one walked last
+                break
+            turn_rows = []
+        turn_rows.append(kept)
+    else:
+        left_out, complete = bool(turn_rows) and not gather.take(turn_rows), True
+    _kept.put(key, walked, complete=complete)
     return HistoryWindow(
         messages=[entry for turn in reversed(gather.turns) for entry in turn],
         left_out=left_out,
         latest_user=gather.latest_user,
     )
+
+
+def _newest_first(session_id: object, known: list[_Kept], complete: bool) -> Iterator[_Kept]:
+    """The known rows, then the older ones read a batch at a time."""
+    yield from known
+    if complete:
+        return
+    before = known[-1].row.id if known else None
+    while True:
+        batch = _read(session_id, before=before)
+        yield from batch
+        if len(batch) < READ_BATCH:
+            return
+        before = batch[-1].row.id

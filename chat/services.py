@@ -225,9 +225,12 @@ def message_store(
 ) -> Message:
     """Store a message; `draft_id` completes the draft its stream was stored in so far.
     `titled`: whether the session has a title, when the caller read it already (a user
-    message titles an untitled session)."""
+    message titles an untitled session).
+
+    A draft is the one message ever updated, and only while it is cut off: its text grows,
+    then its completion clears the flag (chat/history.py keeps rows between steps on that)."""
     if draft_id is not None:
-        Message.objects.filter(pk=draft_id, session_id=session_id).update(
+        Message.objects.filter(pk=draft_id, session_id=session_id, cut_off=True).update(
             content=content, tool_calls=tool_calls or [], cut_off=False
         )
         return Message.objects.get(pk=draft_id)

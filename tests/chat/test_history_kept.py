@@ -1,0 +1,210 @@
+"""chat.history keeps the rows a window walked for the session's next window: every window
+is the one a read of the whole database would give (the oracle: tests/chat/history_reference.py,
+the window as it was built before), whatever happened to the session's rows in between, and a
+step reads only what was stored since."""
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chat import history
+from chat.history import TOOL_RESULT_CHARS, history_window
+from chat.models import Artifact, ChatSession, Message
+from chat.selectors import user_request_latest
+from tests.chat.history_reference import history_window_reference
+
+pytestmark = pytest.mark.django_db
+
+PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg=="
+
+# What happens to a session between two windows, as any process may do it (a turn of this or
+# another process, the admin deleting a message or an artifact, a row committed late).
+turn_op = st.tuples(
+    st.just("turn"),
+    st.integers(0, 2),  # calls
+    st.sampled_from(["", "position", "image", "both"]),  # contexts of the user message
+    st.sampled_from([5, 300, TOOL_RESULT_CHARS + 50]),  # result length
+    st.booleans(),  # a note in the turn
+)
+operations = st.lists(
+    st.one_of(
+        turn_op,
+        st.tuples(st.just("draft"), st.sampled_from(["start", "grow", "complete", "call"])),
+        st.tuples(st.just("delete message"), st.integers(0, 1_000)),
+        st.tuples(st.just("delete context"), st.integers(0, 1_000)),
+        st.tuples(st.just("attach context"), st.integers(0, 1_000)),
+        st.tuples(st.just("late row"), st.sampled_from(["user", "assistant"])),
+        st.tuples(
+            st.just("window"),
+            st.integers(1, 2_500),  # budget
+            st.booleans(),  # images
+            st.sampled_from([0, 1]),  # which process reads it
+        ),
+    ),
+    max_size=30,
+)
+
+
+class Session:
+    """A session and a scratch one (whose row ids a late row of the session takes)."""
+
+    def __init__(self, user) -> None:
+        self.session = ChatSession.objects.create(user=user)
+        self.scratch = ChatSession.objects.create(user=user)
+        self.reserved: Message | None = Message.objects.create(session=self.scratch, turn=0)
+        self.late: Message | None = None
+        self.turn = 0
+        self.contexts = 0
+        self.draft: Message | None = None
+
+    def add(self, role: str, **fields) -> Message:
+        return Message.objects.create(session=self.session, turn=self.turn, role=role, **fields)
+
+    def context(self, message: Message, kind: str) -> None:
+        data = {"png": PNG, "width": 8, "height": 6} if kind == "image" else {"zoom": 17}
+        self.contexts += 1
+        Artifact.objects.create(
+            session=self.session,
+            artifact_id=f"{kind}-{self.contexts}",
+            kind=kind,
+            data=data,
+            origin=f"client:{kind}",
+            message=message,
+        )
+
+    def apply(self, op: tuple) -> None:
+        rows = list(Message.objects.filter(session=self.session).order_by("id"))
+        if op[0] == "turn":
+            _, calls, contexts, size, note = op
+            self.turn += 1
+            user = self.add("user", content=f"question {self.turn}")
+            for kind in ("position", "image"):
+                if contexts in (kind, "both"):
+                    self.context(user, kind)
+            for n in range(calls):
+                call = {"id": f"c{self.turn}-{n}", "name": "measure", "arguments": '{"i": 1}'}
+                self.add("assistant", content="", tool_calls=[call])
+                self.add("tool", content="r" * size, tool_call_id=call["id"], tool_name="measure")
+            if note:
+                self.add("note", content="never sent")
+            self.add("assistant", content=f"answer {self.turn}")
+        elif op == ("draft", "start"):
+            self.draft = self.add("assistant", content="dra", cut_off=True)
+        elif op[0] == "draft" and self.draft is not None:
+            # As chat/services.py writes a draft: its text grows while cut off; completing it
+            # (with or without calls) clears the flag.
+            if op[1] == "grow":
+                Message.objects.filter(pk=self.draft.pk, cut_off=True).update(content="draft")
+            else:
+                calls = [{"id": "d", "name": "m", "arguments": "{}"}] if op[1] == "call" else []
+                Message.objects.filter(pk=self.draft.pk, cut_off=True).update(
+                    content="drafted", tool_calls=calls, cut_off=False
+                )
+                self.draft = None
+        elif op[0] == "delete message" and rows:
+            rows[op[1] % len(rows)].delete()
+        elif op[0] == "delete context":
+            contexts = list(Artifact.objects.filter(session=self.session).order_by("id"))
+            if contexts:
+                contexts[op[1] % len(contexts)].delete()
+        elif op[0] == "attach context":
+            users = [row for row in rows if row.role == "user"]
+            if users:
+                self.context(users[op[1] % len(users)], "position")
+        elif op[0] == "late row":
+            # A row committed after later ones (PostgreSQL's sequences): an id the session
+            # never had, below its newest row (or below all of them: `reserved`).
+            if self.reserved is not None:
+                taken, self.reserved = self.reserved, None
+            elif self.late is not None:
+                taken, self.late = self.late, None
+            else:
+                self.late = Message.objects.create(session=self.scratch, turn=0, role="user")
+                return
+            pk = taken.pk
+            taken.delete()
+            Message.objects.create(
+                pk=pk, session=self.session, turn=self.turn, role=op[1], content="late"
+            )
+
+
+def assert_same_window(session_id, *, budget: int, images: bool) -> None:
+    kept = history_window(session_id=session_id, budget=budget, images=images)
+    read = history_window_reference(session_id=session_id, budget=budget, images=images)
+    assert json.dumps(kept.messages) == json.dumps(read.messages)
+    assert kept.left_out == read.left_out
+    # The step reads the latest request from the database when the window did not meet it.
+    latest = user_request_latest(session_id=session_id)
+    for window in (kept, read):
+        if window.latest_user is not None:
+            text, contexts = window.latest_user
+            assert (text, [tuple(c) for c in contexts]) == (
+                latest.text,
+                [(c.artifact_id, c.type, c.data) for c in latest.contexts],
+            )
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    operations=operations,
+    batch=st.sampled_from([3, 5, 256]),
+    check_rows=st.sampled_from([12, 2_048]),
+)
+def test_every_window_is_the_one_read_from_the_database(monkeypatch, operations, batch, check_rows):
+    monkeypatch.setattr(history, "READ_BATCH", batch)
+    monkeypatch.setattr(history, "CHECK_ROWS", check_rows)
+    processes = [history._KeptSessions(), history._KeptSessions()]
+    user = get_user_model().objects.get_or_create(username="kept")[0]
+    session = Session(user)
+    for op in [*operations, ("window", 2_000, True, 0)]:
+        if op[0] == "window":
+            monkeypatch.setattr(history, "_kept", processes[op[3]])
+            assert_same_window(session.session.pk, budget=op[1], images=op[2])
+        else:
+            session.apply(op)
+
+
+def turns(session: Session, count: int) -> None:
+    for _ in range(count):
+        session.apply(("turn", 1, "position", 300, False))
+
+
+def test_a_step_decodes_only_the_rows_stored_since_the_last_window(monkeypatch):
+    """Issue 15: every step of every turn read, decoded and estimated its whole window again.
+    Now a turn's first step decodes its new user message, its second step the call and its
+    result, whatever the session's length (200 messages here, or 16)."""
+    decoded = [0]
+    loads = json.loads
+
+    def counted(*args, **kwargs):
+        decoded[0] += 1
+        return loads(*args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counted)  # JSON fields decode with it
+    user = get_user_model().objects.create_user("steps")
+    per_step = {}
+    for length in (4, 50):
+        session = Session(user)
+        turns(session, length)
+        history_window(session_id=session.session.pk, budget=100_000)  # the turn before
+        turns(session, 1)
+        decoded[0] = 0
+        first = history_window(session_id=session.session.pk, budget=100_000)
+        steps = [decoded[0]]
+        call = {"id": "x", "name": "m", "arguments": "{}"}
+        session.add("assistant", tool_calls=[call])
+        session.add("tool", content="{}", tool_call_id="x", tool_name="m")
+        decoded[0] = 0
+        second = history_window(session_id=session.session.pk, budget=100_000)
+        per_step[length] = [*steps, decoded[0]]
+        assert first.messages[-4]["content"].startswith(f"question {length + 1}")
+        assert second == history_window_reference(session_id=session.session.pk, budget=100_000)
+    # Each new row's calls (a user message's contexts: their rows' data, one each).
+    assert per_step[4] == per_step[50] == [4 + 1, 2], per_step
