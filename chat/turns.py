@@ -75,6 +75,9 @@ AGENT_FAILED = "The assistant could not answer."
 ONE_WAY_DELIVERED = {"ok": True, "delivered": "shown to the user"}
 # The streamed text is stored at most this long after it was shown (`_Draft`).
 DRAFT_SECONDS = 1.0
+# A step renews the claim's lease only when it was last renewed (or taken) longer ago than
+# this: the keeper (`_keep_lease`) renews it as often, and each call's result with it.
+STEP_RENEW_SECONDS = services.TURN_LEASE.total_seconds() / 4
 
 _running: set[asyncio.Task] = set()
 
@@ -124,6 +127,8 @@ class PreparedTurn:
     # For a resume: the assistant message whose remaining calls continue first.
     resume_message_id: int | None = None
     approval_outcome: approvals.ApprovalOutcome | None = None
+    # When the claim was taken (time.monotonic()): its lease is fresh until then + a quarter.
+    claimed: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -420,6 +425,8 @@ class TurnRunner:
     # a new message's turn, read from the database at the first client call of a resumed one,
     # then counted as results are stored.
     answers: dict[str, int] | None = None
+    # When the lease was last renewed by this runner (time.monotonic()), else 0.
+    renewed: float = 0.0
 
     @property
     def session_id(self) -> Any:
@@ -457,7 +464,9 @@ class TurnRunner:
         while True:
             await asyncio.sleep(services.TURN_LEASE.total_seconds() / 4)
             try:
+                renewed = time.monotonic()
                 await in_thread(services.session_lease_renew)(session_id=self.session_id)
+                self.renewed = renewed
             except OperationalError as exc:  # the next renewal may go through
                 logger.warning("turn %s#%s: lease not renewed: %s", self.session_id, self.turn, exc)
 
@@ -594,9 +603,13 @@ class TurnRunner:
     def _step_inputs(self) -> "_StepInputs":
         """What a step asks the model with, read in one trip to the database thread (each
         trip is a wake-up of that thread and of the loop, the ceiling under load): the claim
-        renewed, the session's client tools, the system prompt and the newest turns that fit
-        the model's context (chat/history.py; pictures as images when the agent takes them)."""
-        services.session_lease_renew(session_id=self.session_id)
+        renewed unless it was just now (taken, or renewed with the last call's result), the
+        session's client tools, the system prompt and the newest turns that fit the model's
+        context (chat/history.py; pictures as images when the agent takes them)."""
+        now = time.monotonic()
+        if now - max(self.prepared.claimed, self.renewed) > STEP_RENEW_SECONDS:
+            services.session_lease_renew(session_id=self.session_id)
+            self.renewed = now
         toolset = selectors.client_toolset_of_session(session_id=self.session_id)
         specs = [t.openai_spec() for t in backend_tools()]
         if toolset is not None:
@@ -755,6 +768,7 @@ class TurnRunner:
         """Store the call's result; a client tool's call keeps its words for the activity
         log (a backend call is reported by its event and words itself from its tool)."""
         # One thread hop: the result, and the claim renewed after the call.
+        renewed = time.monotonic()
         await in_thread(services.tool_result_store)(
             session_id=self.session_id,
             turn=self.turn,
@@ -766,6 +780,7 @@ class TurnRunner:
             title=client.title_text if client is not None else "",
             summary=client.summary_of(arguments) if client is not None else "",
         )
+        self.renewed = renewed
         if self.answers is not None:
             self.answers[call["name"]] = self.answers.get(call["name"], 0) + 1
         tool = backend_tool(call["name"])

@@ -520,3 +520,28 @@ async def test_a_call_id_the_model_reuses_in_a_later_turn_still_runs_and_gets_it
     fed = openai_agent.requests[-1]["messages"]
     assert history_is_valid(fed)
     assert [m["tool_call_id"] for m in fed if m["role"] == "tool"] == ["call_0", "call_0~2"]
+
+
+@pytest.mark.parametrize("stale", [False, True])
+async def test_a_step_renews_the_claim_only_when_its_last_renewal_is_old(
+    client, trusted_caller, openai_agent, monkeypatch, stale
+):
+    """The claim was just taken (or renewed with a call's result): a step does not renew it
+    again, one statement a step less; a step long after still renews it (engine invariant 2)."""
+    from chat import turns
+
+    renewed = []
+    real_renew = services.session_lease_renew
+    monkeypatch.setattr(
+        services, "session_lease_renew", lambda **kw: renewed.append(1) or real_renew(**kw)
+    )
+    if stale:
+        monkeypatch.setattr(turns, "STEP_RENEW_SECONDS", -1.0)
+    openai_agent.reply_text("Hello.")
+
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+
+    assert out.names()[-1] == "turn_end"
+    assert len(renewed) == (1 if stale else 0)
