@@ -523,10 +523,16 @@ async def _body_end_read(response: aiohttp.ClientResponse) -> None:
     closes complete and its connection goes back to the pool: closed mid-body, the connection
     is dropped and every request opens a new one (a TCP connect, with TLS a handshake: ~5 % of
     the server's CPU at 200 users against the fake model, issue 15). A server that keeps the
-    body open past `BODY_END_SECONDS` loses its connection."""
+    body open past `BODY_END_SECONDS` loses its connection. The end has usually arrived with
+    `[DONE]` already: then no timer is set."""
+    content = response.content
     try:
+        while content.read_nowait():
+            pass
+        if content.at_eof():
+            return
         async with asyncio.timeout(BODY_END_SECONDS):
-            while await response.content.readany():
+            while await content.readany():
                 pass
     except (TimeoutError, aiohttp.ClientError, OSError):
         pass

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from .base import AgentError, TextDelta, Thinking, ToolCallRequest, Usage
 
 DONE = "[DONE]"
@@ -153,10 +155,10 @@ def server_error_text(payload: Any) -> str | None:
     Ollama), `{"object": "error", "message": …}` (vLLM before 2025), and a bare
     `{"code", "message", "type"}` object in llama.cpp's `error:` field.
     """
-    if not isinstance(payload, Mapping):
+    if not isinstance(payload, dict):
         return None
     error = payload.get("error")
-    if isinstance(error, Mapping):
+    if isinstance(error, dict):
         return str(error.get("message") or error.get("type") or "unknown error")
     if isinstance(error, str) and error:
         return error
@@ -253,11 +255,11 @@ class ChunkParser:
     def feed(self, chunk: Mapping[str, Any]) -> list[StreamItem]:
         out: list[StreamItem] = []
         usage = chunk.get("usage")
-        if isinstance(usage, Mapping):
+        if isinstance(usage, dict):
             self.usage = _usage(usage) or self.usage
         choices = chunk.get("choices")
         for choice in choices if isinstance(choices, list) else ():
-            if isinstance(choice, Mapping) and choice.get("index", 0) in (0, None):
+            if isinstance(choice, dict) and choice.get("index", 0) in (0, None):
                 self._choice(choice, out)
         return out
 
@@ -286,7 +288,7 @@ class ChunkParser:
 
     def _choice(self, choice: Mapping[str, Any], out: list[StreamItem]) -> None:
         delta = choice.get("delta")
-        if isinstance(delta, Mapping):  # Azure's content-filter chunks carry none
+        if isinstance(delta, dict):  # Azure's content-filter chunks carry none
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(reasoning, str):
                 self._thinking += reasoning
@@ -305,10 +307,10 @@ class ChunkParser:
             if isinstance(fragments, list) and fragments:
                 self._flush_thinking(out, everything=True)
                 for position, fragment in enumerate(fragments):
-                    if isinstance(fragment, Mapping):
+                    if isinstance(fragment, dict):
                         self._fragment(fragment, position)
             legacy = delta.get("function_call")
-            if isinstance(legacy, Mapping):
+            if isinstance(legacy, dict):
                 self._flush_thinking(out, everything=True)
                 self._fragment({"index": _LEGACY_FUNCTION_INDEX, "function": legacy}, 0)
         reason = choice.get("finish_reason")
@@ -340,11 +342,11 @@ class ChunkParser:
         if not isinstance(index, int) or isinstance(index, bool):
             index = position
         function = fragment.get("function")
-        function = function if isinstance(function, Mapping) else {}
+        function = function if isinstance(function, dict) else {}
         call_id = fragment.get("id") if isinstance(fragment.get("id"), str) else ""
         name = function.get("name") if isinstance(function.get("name"), str) else ""
         arguments = function.get("arguments")
-        if isinstance(arguments, Mapping):  # an object instead of JSON text
+        if isinstance(arguments, dict):  # an object instead of JSON text
             arguments = json.dumps(arguments, ensure_ascii=False)
         arguments = arguments if isinstance(arguments, str) else ""
 
@@ -394,13 +396,16 @@ def stream_parse(events: Iterable[SseData | SseError]) -> list[StreamItem]:
 def chunk_decode(data: str) -> Mapping[str, Any]:
     """One event's JSON; a streamed error object raises `AgentError` with the server's words."""
     try:
-        payload = json.loads(data)
-    except ValueError:
-        raise AgentError("The language model server sent a malformed stream.") from None
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        try:  # what orjson refuses and `json` reads: lone surrogates, NaN, integers past 64 bits
+            payload = json.loads(data)
+        except ValueError:
+            raise AgentError("The language model server sent a malformed stream.") from None
     message = server_error_text(payload)
     if message is not None:
         raise AgentError(server_error_message(message))
-    if not isinstance(payload, Mapping):
+    if not isinstance(payload, dict):
         raise AgentError("The language model server sent a malformed stream.")
     return payload
 

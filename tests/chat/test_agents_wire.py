@@ -9,6 +9,7 @@ from chat.agents.wire import (
     SseDecoder,
     SseError,
     Usage,
+    chunk_decode,
     sse_events,
     stream_parse,
 )
@@ -207,3 +208,9 @@ def test_a_long_line_is_whole_and_one_past_the_limit_is_a_clear_error():
         SseDecoder(limit=1000).feed(b"data: " + b"x" * 1001)
     with pytest.raises(AgentError, match="sent a stream event longer than 1,000 characters"):
         SseDecoder(limit=1000).feed(b"data: " + b"x" * 600 + b"\ndata: " + b"x" * 600 + b"\n")
+
+
+def test_a_chunk_orjson_refuses_is_read_as_json_reads_it():
+    """A lone surrogate (half an emoji a server's tokenizer cut) or NaN: read, not refused."""
+    chunk = chunk_decode('{"choices": [{"index": 0, "delta": {"content": "\\ud83d"}}], "x": NaN}')
+    assert chunk["choices"][0]["delta"]["content"] == "\ud83d"
