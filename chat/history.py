@@ -247,22 +247,22 @@ def _entry(
     return entry, tokens_estimate(entry)
 
 
-# What a kept row's entry depends on that may change in the database, as `_CHECK` reads it:
-# the length of its text while it is cut off (a draft's text only grows, and completing it
-# clears the flag; no UPDATE touches a message that is not cut off, chat/services.py), and the
-# primary keys of the contexts attached to it (an artifact is attached as it is stored and
-# never changed, only deleted). Rows are never renumbered: ids are never reused.
-_Sig = tuple[int | None, frozenset[int]]
+# What a kept row's entry depends on that may change in the database, as `_CHECK` reads it
+# (its rows): the row's id, the length of its text while it is cut off (a draft's text only
+# grows, and completing it clears the flag; no UPDATE touches a message that is not cut off,
+# chat/services.py), and the primary keys of the contexts attached to it, in order (an
+# artifact is attached as it is stored and never changed, only deleted). Ids are never reused.
+_Checked = tuple[tuple[int, int | None, int | None], ...]
 
 
 @dataclass
 class _Kept:
-    """A row as the window reads it, with its contexts and what it was read with (`_Sig`),
-    kept from one step to the next; its entry is made once."""
+    """A row as the window reads it, with its contexts and what it was read with
+    (`_Checked`), kept from one step to the next; its entry is made once."""
 
     row: _Row
     contexts: list[tuple[str, str, Any]]
-    sig: _Sig
+    checked: _Checked
     entry: tuple[dict[str, Any], int] | None = None  # without pictures (shared: never changed)
 
     def entry_of(self, pictures: dict[str, str] | None) -> tuple[dict[str, Any], int]:
@@ -280,8 +280,10 @@ def _read(session_id: object, *, before: int | None = None, after: int | None = 
     kept = []
     for row in rows:
         found = contexts.get(row.id, [])
-        sig = (row.size if row.cut_off else None, frozenset(context[0] for context in found))
-        kept.append(_Kept(row=row, contexts=[context[1:] for context in found], sig=sig))
+        cut = row.size if row.cut_off else None
+        pks = sorted(context[0] for context in found) or [None]
+        checked = tuple((row.id, cut, pk) for pk in pks)
+        kept.append(_Kept(row=row, contexts=[context[1:] for context in found], checked=checked))
     return kept
 
 
@@ -334,6 +336,7 @@ class _Session:
     rows: list[_Kept]  # newest first, no row of the session missing between them
     complete: bool  # rows[-1] is the session's oldest row
     chars: int
+    checked: list[tuple[int, int | None, int | None]]  # what `_CHECK` reads of them
 
 
 class _KeptSessions:
@@ -360,7 +363,8 @@ class _KeptSessions:
         with self._lock:
             old = self._sessions.pop(key, None)
             self._chars += chars - (old.chars if old is not None else 0)
-            self._sessions[key] = _Session(rows=rows, complete=complete, chars=chars)
+            checked = [values for kept in rows for values in kept.checked]
+            self._sessions[key] = _Session(rows, complete, chars, checked)
             while self._chars > KEPT_CHARS:
                 _, dropped = self._sessions.popitem(last=False)
                 self._chars -= dropped.chars
@@ -383,7 +387,7 @@ def _check_query(session_id: object, since: int) -> QuerySet:
     cut = Case(
         When(cut_off=True, then=Length("content")), default=Value(None), output_field=IntegerField()
     )
-    rows = rows.annotate(cut=cut).order_by("-id")
+    rows = rows.annotate(cut=cut).order_by("-id", "artifact__id")
     return rows.values_list("id", "cut", "artifact__id")[:CHECK_ROWS]
 
 
@@ -391,9 +395,13 @@ def _check_tail(connection: Any, session_id: object, since: int) -> list[Any]:
     return [db_value(Message, "session", session_id, connection), since, Message.Role.NOTE]
 
 
-# Every step checks its kept rows: compiled once per process.
+# Every step checks its kept rows: compiled once per process; its values (integers or NULL)
+# are compared as the database gives them.
 _CHECK = CompiledRead(
-    build=_check_query, tail=_check_tail, shape=lambda session_id, since: CHECK_ROWS
+    build=_check_query,
+    tail=_check_tail,
+    shape=lambda session_id, since: CHECK_ROWS,
+    converted=False,
 )
 
 
@@ -407,19 +415,13 @@ def _known(session_id: object, session: _Session | None) -> tuple[list[_Kept], b
     rows = session.rows
     since = 0 if session.complete else rows[-1].row.id
     found = _CHECK.rows(session_id, since)
-    if len(found) >= CHECK_ROWS:
-        return [], False
-    seen: dict[int, tuple[int | None, set[int]]] = {}
-    for message_id, cut, context in found:
-        _, contexts = seen.setdefault(message_id, (cut, set()))
-        if context is not None:
-            contexts.add(context)
     newest = rows[0].row.id
-    if [i for i in seen if i <= newest] != [kept.row.id for kept in rows] or any(
-        seen[kept.row.id] != kept.sig for kept in rows
-    ):
+    new = 0
+    while new < len(found) and found[new][0] > newest:
+        new += 1
+    if len(found) >= CHECK_ROWS or found[new:] != session.checked:
         return [], False
-    if next(iter(seen)) == newest:
+    if not new:
         return rows, session.complete
     fresh = _read(session_id, after=newest)
     if len(fresh) >= READ_BATCH:  # too many to join up: the rows before them are read

@@ -63,7 +63,13 @@ class CompiledRead(_Compiled):
 
     `build(*args)`: the queryset (a `values_list`, sliced or not). `tail(connection, *args)`:
     the last of its parameters, in the SQL's order, prepared for `connection`. `shape(*args)`:
-    whatever changes the SQL's text (an optional filter, the length of an `IN` list)."""
+    whatever changes the SQL's text (an optional filter, the length of an `IN` list).
+    `converted=False`: after the first call, rows come as the database gives them (a read of
+    integers compared as they are, which the ORM would convert one row at a time)."""
+
+    def __init__(self, *, converted: bool = True, **compiled: Any) -> None:
+        super().__init__(**compiled)
+        self.converted = converted
 
     def rows(self, *args: Any) -> list[tuple[Any, ...]]:
         connection = connections[DEFAULT_DB_ALIAS]
@@ -105,7 +111,9 @@ class CompiledRead(_Compiled):
                 converters=tuple(
                     (position, tuple(functions), expression)
                     for position, (functions, expression) in converters.items()
-                ),
+                )
+                if self.converted
+                else (),
             )
         else:
             logger.warning("compiled read %s stays on the ORM: its parameters differ", key)
