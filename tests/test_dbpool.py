@@ -4,10 +4,14 @@ pool, and closes it (Django's hygiene, `CONN_MAX_AGE = 0`) when the pool is idle
 connection a call left unfit is closed at once."""
 
 import asyncio
+import contextvars
+import sys
 import threading
 import time
 
 import pytest
+from asgiref.local import Local
+from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 
 from geosense import dbpool
@@ -142,13 +146,13 @@ async def test_a_module_functions_trips_share_one_wrapper(monkeypatch):
     and every trip to a pool made one: a module-level function's is made once per pool, a
     closure's (a new object each time) per call, as before."""
     made = []
-    real_init = dbpool._PoolSyncToAsync.__init__
+    real_init = dbpool._Trip.__init__
 
     def counted(wrapper, *args, **kwargs):
         made.append(wrapper)
         real_init(wrapper, *args, **kwargs)
 
-    monkeypatch.setattr(dbpool._PoolSyncToAsync, "__init__", counted)
+    monkeypatch.setattr(dbpool._Trip, "__init__", counted)
     answers = [await dbpool.in_db_thread(_answer)(n) for n in range(3)]
     answers += [await dbpool.in_request_thread(_answer)(n) for n in range(3)]
     before_closures = len(made)
@@ -157,3 +161,137 @@ async def test_a_module_functions_trips_share_one_wrapper(monkeypatch):
     assert answers == [0, 1, 2, 0, 1, 2, 0, 1]
     assert before_closures <= 2
     assert len(made) - before_closures == 2
+
+
+async def test_a_trip_costs_the_event_loop_few_python_calls():
+    """About ten trips a turn: through asgiref's `SyncToAsync` (its context and thread-sensitive
+    lookups, the shield, `wrap_future`'s chained futures) a trip was 99 Python calls on the
+    loop, a fifth of its CPU at 200 users."""
+    trip = dbpool.in_db_thread(_answer)
+    await trip(0)  # the pool's thread started
+    calls = []
+
+    def counted(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(counted)  # this thread only: the loop's
+    try:
+        answer = await trip(1)
+    finally:
+        sys.setprofile(None)
+    assert answer == 1
+    assert len(calls) < 65, calls  # 39 alone; the loop may run another test's leftovers
+
+
+_seen = contextvars.ContextVar("seen")
+_local = Local()
+
+
+async def test_a_trip_shares_the_callers_context_both_ways():
+    """As `sync_to_async`: the caller's contextvars and asgiref `Local`s are the function's,
+    and what the function sets is the caller's after the trip."""
+    _seen.set("loop")
+    _local.value = "loop"
+
+    def read_and_set() -> tuple[str, str]:
+        found = _seen.get(), _local.value
+        _seen.set("pool")
+        return found
+
+    assert await dbpool.in_db_thread(read_and_set)() == ("loop", "loop")
+    assert _seen.get() == "pool"
+
+
+async def test_a_failing_call_raises_in_the_caller_within_the_callers_exception():
+    def fail() -> None:
+        raise KeyError(sys.exc_info()[0].__name__)
+
+    with pytest.raises(KeyError) as raised:
+        try:
+            raise ValueError
+        except ValueError:
+            await dbpool.in_db_thread(fail)()
+    assert raised.value.args == ("ValueError",)
+
+
+async def test_async_to_sync_in_a_trip_runs_its_coroutine_on_the_callers_loop():
+    """`_announce` (annotations) and `_revoke` (accounts) send to the channel layer from the
+    pool: on the loop that runs the sockets (the in-memory layer's queues belong to it)."""
+    ran_on = []
+
+    async def note() -> str:
+        ran_on.append((asyncio.get_running_loop(), threading.current_thread()))
+        return "sent"
+
+    assert await dbpool.in_db_thread(lambda: async_to_sync(note)())() == "sent"
+    assert ran_on == [(asyncio.get_running_loop(), threading.current_thread())]
+
+
+async def test_a_cancelled_caller_drops_a_queued_call_and_leaves_a_running_one_to_end(
+    monkeypatch,
+):
+    """As asgiref's `SyncToAsync` on an executor: the caller's `CancelledError` comes at once;
+    a call that had not started never runs; one that had goes on in its thread, unawaited."""
+    pool = dbpool._Pool(max_workers=1)
+    monkeypatch.setattr(dbpool, "_pool", pool)
+    gate, started = threading.Event(), threading.Event()
+    ran = []
+
+    def held() -> None:
+        started.set()
+        gate.wait(10)
+        ran.append("held")
+
+    running = asyncio.ensure_future(dbpool.in_db_thread(held)())
+    queued = asyncio.ensure_future(dbpool.in_db_thread(lambda: ran.append("queued"))())
+    await asyncio.to_thread(started.wait, 10)
+    running.cancel()
+    queued.cancel()
+    for task in (running, queued):
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await asyncio.sleep(0)  # asyncio's cancel of a chained concurrent future is a callback
+    assert ran == []
+    gate.set()
+    pool.shutdown(wait=True)
+    assert ran == ["held"]
+
+
+async def test_a_cancelled_caller_cancels_the_coroutine_its_call_waits_on():
+    """A call waiting in `async_to_sync` on a task of the caller's loop: that task is cancelled
+    and the call sees it; a task that finishes anyway makes the caller wait for the call's
+    result, as asgiref's `SyncToAsync` does."""
+    entered = asyncio.Event()
+    seen = []
+
+    async def wait_forever() -> None:
+        entered.set()
+        await asyncio.sleep(30)
+
+    async def finish_anyway() -> None:
+        entered.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            pass
+
+    def waits(coroutine_function) -> str:
+        try:
+            async_to_sync(coroutine_function)()
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return "ended"
+
+    caller = asyncio.ensure_future(dbpool.in_db_thread(waits)(wait_forever))
+    await entered.wait()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    entered.clear()
+    caller = asyncio.ensure_future(dbpool.in_db_thread(waits)(finish_anyway))
+    await entered.wait()
+    caller.cancel()
+    assert await caller == "ended"
+    assert seen == ["cancelled"]

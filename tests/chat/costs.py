@@ -1,8 +1,8 @@
 """Counting what a piece of work costs the process, for the cost tests of turns
 (test_turn_costs.py) and of sockets' connects (test_socket_costs.py): thread hops (any
-`sync_to_async`), trips to the database pools (the engine's and, apart, the requests'), SQL
-statements and the ORM's compiles of a statement, on any thread, while a `Costs` lives (the
-patches go with the test's monkeypatch)."""
+`sync_to_async` and any trip to a database pool), trips to the database pools (the engine's
+and, apart, the requests'), SQL statements and the ORM's compiles of a statement, on any
+thread, while a `Costs` lives (the patches go with the test's monkeypatch)."""
 
 import threading
 
@@ -32,6 +32,7 @@ class Costs:
 
         def counted_submit(pool, fn, /, *args, **kwargs):
             with self._lock:
+                self.hops += 1  # a trip is a hop too, without asgiref's `SyncToAsync`
                 if pool is dbpool._request_pool:
                     self.request_trips += 1
                 else:
