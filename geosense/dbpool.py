@@ -135,7 +135,7 @@ class _Trip:
     around each call.
 
     What asgiref's `SyncToAsync` (not thread-sensitive, on an executor) gives such a call, for
-    less than half of the event loop's Python work a trip (99 calls before, 39 now; ~40 → ~25
+    less than half of the event loop's Python work a trip (99 calls before, 37-43 now; ~40 → ~23
     µs of the loop's CPU in isolation; about ten trips a turn): the caller's context
     (contextvars, asgiref `Local`s) is the function's and comes back with its changes, the
     caller's exception is the function's `sys.exc_info()`, the loop is the one the function's

@@ -181,7 +181,7 @@ async def test_a_trip_costs_the_event_loop_few_python_calls():
     finally:
         sys.setprofile(None)
     assert answer == 1
-    assert len(calls) < 65, calls  # 39 alone; the loop may run another test's leftovers
+    assert len(calls) < 65, calls  # 37-43 alone; the loop may run other tests' leftovers
 
 
 _seen = contextvars.ContextVar("seen")
