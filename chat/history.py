@@ -64,7 +64,9 @@ def history_budget(*, system: str, tools: Sequence[dict[str, Any]]) -> int:
 
 @dataclass(frozen=True)
 class HistoryWindow:
-    messages: list[dict[str, Any]]  # OpenAI chat format, oldest first, no system message
+    # OpenAI chat format, oldest first, no system message; its entries are the session's kept
+    # ones (shared with later windows of the session): read them, never change them.
+    messages: list[dict[str, Any]]
     left_out: bool  # older turns exist that are not in `messages`
     # The newest user message as stored, with its contexts [(artifact_id, kind, data)], read
     # with the window (the step's request need not be read again); None if not among the rows.
