@@ -41,14 +41,11 @@ import orjson
 
 from .base import AgentChunk, AgentContext, AgentError
 from .wire import (
-    DONE,
     ChunkParser,
     SseData,
     SseDecoder,
     SseError,
     Usage,
-    chunk_decode,
-    server_error_message,
 )
 
 logger = logging.getLogger(__name__)
@@ -300,21 +297,14 @@ class OpenAIAgent:
         The model reads everything from `history` (the overview is in the system prompt, the
         contexts follow their message's text), so `context` is not used here."""
         parser = ChunkParser()
-        done = False
         try:
             response, deadline = await self._open(history=history, tools=tools)
             reader = _EventReader(response, first_by=deadline, gap=self.config.chunk_timeout)
             try:
-                while not done and (events := await reader.read()) is not None:
-                    for event in events:
-                        if isinstance(event, SseError):
-                            raise AgentError(server_error_message(event.error))
-                        if event.data == DONE:
-                            done = True
-                            break
-                        for item in parser.feed(chunk_decode(event.data)):
-                            yield item
-                if done:
+                while not parser.done and (events := await reader.read()) is not None:
+                    for item in parser.feed_events(events):
+                        yield item
+                if parser.done:
                     await _body_end_read(response)
             finally:
                 response.release()
@@ -328,7 +318,7 @@ class OpenAIAgent:
             raise AgentError(
                 f"The language model stream broke off ({type(exc).__name__})."
             ) from exc
-        for item in parser.close(done=done):
+        for item in parser.close(done=parser.done):
             if isinstance(item, Usage):
                 self.usage = item
             yield item

@@ -247,6 +247,7 @@ class ChunkParser:
     finished: bool = False
     finish_reason: str | None = None
     usage: Usage | None = None
+    done: bool = False  # `[DONE]` arrived (`feed_events`)
     _calls: list[_Call] = field(default_factory=list)
     _open: dict[int, _Call] = field(default_factory=dict)
     _thinking: str = ""
@@ -261,6 +262,19 @@ class ChunkParser:
         for choice in choices if isinstance(choices, list) else ():
             if isinstance(choice, dict) and choice.get("index", 0) in (0, None):
                 self._choice(choice, out)
+        return out
+
+    def feed_events(self, events: Iterable[SseData | SseError]) -> list[StreamItem]:
+        """Feed the stream's SSE events up to `[DONE]` (which sets `done`); an `error` event
+        raises with the server's words."""
+        out: list[StreamItem] = []
+        for event in events:
+            if isinstance(event, SseError):
+                raise AgentError(server_error_message(event.error))
+            if event.data == DONE:
+                self.done = True
+                break
+            out += self.feed(chunk_decode(event.data))
         return out
 
     def close(self, *, done: bool) -> list[StreamItem]:
@@ -381,16 +395,8 @@ def _usage(usage: Mapping[str, Any]) -> Usage | None:
 def stream_parse(events: Iterable[SseData | SseError]) -> list[StreamItem]:
     """A whole stream's events at once (tests and tools; the agent feeds as chunks arrive)."""
     parser = ChunkParser()
-    out: list[StreamItem] = []
-    done = False
-    for event in events:
-        if isinstance(event, SseError):
-            raise AgentError(server_error_message(event.error))
-        if event.data == DONE:
-            done = True
-            break
-        out += parser.feed(chunk_decode(event.data))
-    return out + parser.close(done=done)
+    out = parser.feed_events(events)
+    return out + parser.close(done=parser.done)
 
 
 def chunk_decode(data: str) -> Mapping[str, Any]:
