@@ -1,6 +1,7 @@
 """geosense/layers.py: the process's plumbing around Channels, Daphne and Twisted."""
 
 import socket
+from contextlib import contextmanager
 
 import pytest
 from twisted.internet import abstract, tcp
@@ -9,17 +10,16 @@ from twisted.web import http
 import geosense.asgi  # noqa: F401  (the process's set-up, as Daphne imports it)
 
 
-@pytest.mark.parametrize("queued", [b"", b"ahead "], ids=["idle", "queued"])
-def test_a_write_to_an_idle_connection_is_sent_at_once(queued):
-    """Twisted queued every write for the reactor's next round: two epoll changes (writable
-    on, then off) and a loop round per frame or SSE chunk. Nothing queued: sent at once;
-    something queued: behind it, by the reactor, as before."""
+@contextmanager
+def _connection(queued: bytes):
+    """A Twisted TCP connection over a socket pair (ours, theirs: non-blocking), `queued`
+    waiting for the reactor's write round as Twisted queues it; `writers` lists the
+    connections that asked the reactor for that round since."""
+    writers: list = []
 
     class Reactor:
-        writers: list = []
-
         def addWriter(self, writer):
-            self.writers.append(writer)
+            writers.append(writer)
 
         def removeWriter(self, writer):
             pass
@@ -28,16 +28,26 @@ def test_a_write_to_an_idle_connection_is_sent_at_once(queued):
     with ours, theirs:
         connection = tcp.Connection(ours, None, reactor=Reactor())
         connection.connected = True
-        if queued:  # waiting for the reactor's write round, as Twisted queues it
+        if queued:
             abstract.FileDescriptor.write(connection, queued)
-        Reactor.writers.clear()
+        writers.clear()
         theirs.setblocking(False)
+        yield connection, ours, theirs, writers
+
+
+@pytest.mark.parametrize("queued", [b"", b"ahead "], ids=["idle", "queued"])
+def test_a_write_to_an_idle_connection_is_sent_at_once(queued):
+    """Twisted queued every write for the reactor's next round: two epoll changes (writable
+    on, then off) and a loop round per frame or SSE chunk. Nothing queued: sent at once;
+    something queued: behind it, by the reactor, as before."""
+
+    with _connection(queued) as (connection, _ours, theirs, writers):
         connection.write(b"frame")
         if queued:
-            assert Reactor.writers == [connection]  # the reactor sends both, in order
+            assert writers == [connection]  # the reactor sends both, in order
             connection.doWrite()
         else:
-            assert Reactor.writers == []
+            assert writers == []
         assert theirs.recv(64) == queued + b"frame"
 
 
@@ -48,34 +58,18 @@ def test_a_sequence_written_to_an_idle_connection_is_sent_at_once_in_one_send(qu
     did. Nothing queued: its pieces are sent at once, in one `send`; something queued:
     behind it, by the reactor, as before."""
 
-    class Reactor:
-        writers: list = []
-
-        def addWriter(self, writer):
-            self.writers.append(writer)
-
-        def removeWriter(self, writer):
-            pass
-
-    ours, theirs = socket.socketpair()
-    with ours, theirs:
-        connection = tcp.Connection(ours, None, reactor=Reactor())
-        connection.connected = True
-        if queued:
-            abstract.FileDescriptor.write(connection, queued)
-        Reactor.writers.clear()
-        theirs.setblocking(False)
+    with _connection(queued) as (connection, ours, theirs, writers):
         sends = []
         real_send = ours.send
         connection.socket = type("Counted", (), {})()
         connection.socket.send = lambda data: sends.append(data) or real_send(data)
         connection.writeSequence(http.toChunk(b"event"))  # a tuple, as Twisted's HTTP writes it
         if queued:
-            assert Reactor.writers == [connection]
+            assert writers == [connection]
             connection.socket = ours
             connection.doWrite()
         else:
-            assert Reactor.writers == []
+            assert writers == []
             assert sends == [b"5\r\nevent\r\n"]
         assert theirs.recv(64) == queued + b"5\r\nevent\r\n"
 
