@@ -4,9 +4,10 @@ Real servers differ from OpenAI's own stream in ways a strict reader trips over 
 with their sources, are in docs/models.md, "How each server streams"); the fixtures in
 tests/fakes/dialects/ replay each of them. Two layers:
 
-- `sse_events(lines)`: Server-Sent Events framing. Yields each event's data, `[DONE]`, and the
-  non-standard `error:` field that llama.cpp builds of 2025 send instead of a data frame.
-  Comments (keep-alives) are skipped; an event cut off by the end of the body still counts.
+- `SseDecoder` (a body's bytes as they arrive; `sse_events` for decoded lines): Server-Sent
+  Events framing. Gives each event's data, `[DONE]`, and the non-standard `error:` field that
+  llama.cpp builds of 2025 send instead of a data frame. Comments (keep-alives) are skipped;
+  an event cut off by the end of the body still counts.
 - `ChunkParser`: the chunk objects (dicts, exactly as the server sent them) to what an agent
   yields: `TextDelta`, `Thinking` (reasoning, never part of the answer), `ToolCallRequest`,
   and the last `Usage` the server reported. `feed()` takes one chunk and returns what it
@@ -54,6 +55,11 @@ class SseError:
     error: str
 
 
+def _lines_of(text: str) -> list[str]:
+    """`text` cut at its line ends (CRLF, CR or LF); the last item is what follows the last."""
+    return _LINE_END_RE.split(text) if "\r" in text else text.split("\n")
+
+
 def sse_events(lines: Iterable[str]) -> Iterator[SseData | SseError]:
     """Frame decoded lines (without their line ends) into events, as the SSE spec reads them.
 
@@ -78,28 +84,34 @@ class SseDecoder:
     def __init__(self, *, limit: int = EVENT_LIMIT_CHARS) -> None:
         self.limit = limit
         self._text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
-        self._rest = ""  # the start of a line whose end has not come yet
+        self._rest: list[str] = []  # the pieces of a line whose end has not come yet
+        self._rest_size = 0
         self._after_cr = False  # the text so far ended with CR: a LF next is its line end
         self._data: list[str] = []
         self._error: list[str] = []
-        self._size = 0  # characters in `_data` and `_error`
+        self._size = 0  # characters in `_data` and `_error`, a line end counted for each line
 
     def feed(self, chunk: bytes) -> list[SseData | SseError]:
-        """The events that this piece of the body completes."""
+        """The events that this piece of the body completes. Each character is looked at once
+        (line ends are sought in the new text only, a line's pieces joined when it ends): a
+        long line in many pieces costs its length, not its length times its pieces."""
         text = self._text.decode(chunk)
         if self._after_cr and text:
             self._after_cr = False
             if text[0] == "\n":
                 text = text[1:]
-        if self._rest:
-            text = self._rest + text
-        if "\r" in text:
-            lines = _LINE_END_RE.split(text)
-            self._after_cr = text[-1] == "\r"
-        else:
-            lines = text.split("\n")
-        self._rest = lines.pop()
-        if len(self._rest) > self.limit:
+        if not text:
+            return []
+        lines = _lines_of(text)
+        self._after_cr = text[-1] == "\r"
+        last = lines.pop()
+        if lines:
+            lines[0] = "".join([*self._rest, lines[0]])
+            self._rest, self._rest_size = [], 0
+        if last:
+            self._rest.append(last)
+            self._rest_size += len(last)
+        if self._rest_size > self.limit:
             raise AgentError(self._too_long("line"))
         return self.lines(lines)
 
@@ -122,7 +134,7 @@ class SseDecoder:
                 self._error.append(value)
             else:
                 continue
-            self._size += len(value)
+            self._size += len(value) + 1
         if self._size > self.limit:
             raise AgentError(self._too_long("event"))
         return out
@@ -130,7 +142,8 @@ class SseDecoder:
     def close(self) -> list[SseData | SseError]:
         """The end of the body: a last line without its line end, and an event cut off by the
         end of the body, still count."""
-        rest, self._rest = self._rest + self._text.decode(b"", final=True), ""
+        rest = "".join([*self._rest, self._text.decode(b"", final=True)])
+        self._rest, self._rest_size = [], 0
         return self.lines([rest] if rest else []) + self._dispatch()
 
     def _dispatch(self) -> list[SseData | SseError]:
@@ -264,18 +277,17 @@ class ChunkParser:
                 self._choice(choice, out)
         return out
 
-    def feed_events(self, events: Iterable[SseData | SseError]) -> list[StreamItem]:
-        """Feed the stream's SSE events up to `[DONE]` (which sets `done`); an `error` event
-        raises with the server's words."""
-        out: list[StreamItem] = []
+    def feed_events(self, events: Iterable[SseData | SseError]) -> Iterator[StreamItem]:
+        """Feed the stream's SSE events up to `[DONE]` (which sets `done`), each event's items
+        given before the next is read: an `error` event raises with the server's words after
+        the text that came before it in the same piece of the body."""
         for event in events:
             if isinstance(event, SseError):
                 raise AgentError(server_error_message(event.error))
             if event.data == DONE:
                 self.done = True
-                break
-            out += self.feed(chunk_decode(event.data))
-        return out
+                return
+            yield from self.feed(chunk_decode(event.data))
 
     def close(self, *, done: bool) -> list[StreamItem]:
         """End of the body; `done` says whether `[DONE]` arrived. A stream that neither finished
@@ -395,7 +407,7 @@ def _usage(usage: Mapping[str, Any]) -> Usage | None:
 def stream_parse(events: Iterable[SseData | SseError]) -> list[StreamItem]:
     """A whole stream's events at once (tests and tools; the agent feeds as chunks arrive)."""
     parser = ChunkParser()
-    out = parser.feed_events(events)
+    out = list(parser.feed_events(events))
     return out + parser.close(done=parser.done)
 
 
@@ -404,9 +416,11 @@ def chunk_decode(data: str) -> Mapping[str, Any]:
     try:
         payload = orjson.loads(data)
     except orjson.JSONDecodeError:
-        try:  # what orjson refuses and `json` reads: lone surrogates, NaN, integers past 64 bits
+        # What orjson refuses and `json` reads: lone surrogates, NaN (orjson reads an integer
+        # past 64 bits as a float). Nesting too deep for orjson is too deep for `json` too.
+        try:
             payload = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise AgentError("The language model server sent a malformed stream.") from None
     message = server_error_text(payload)
     if message is not None:

@@ -210,6 +210,45 @@ def test_a_long_line_is_whole_and_one_past_the_limit_is_a_clear_error():
         SseDecoder(limit=1000).feed(b"data: " + b"x" * 600 + b"\ndata: " + b"x" * 600 + b"\n")
 
 
+def test_a_long_line_in_many_pieces_is_scanned_once(monkeypatch):
+    """Each piece was joined to the line so far and the whole split again: a line in n pieces
+    cost n times its length on the event loop (15 Mi characters in 16 KiB pieces: 3 s)."""
+    from chat.agents import wire
+
+    scanned = []
+    real = wire._lines_of
+    monkeypatch.setattr(wire, "_lines_of", lambda text: scanned.append(len(text)) or real(text))
+    body = b"data: " + b"x" * 1_000_000 + b"\n\n"
+    decoder = SseDecoder()
+    events = [e for i in range(0, len(body), 1000) for e in decoder.feed(body[i : i + 1000])]
+    assert events == [SseData("x" * 1_000_000)]
+    assert sum(scanned) == len(body)
+
+
+def test_empty_data_lines_count_towards_the_event_limit():
+    """`data:` with nothing after it still adds a line to the event: a server sending them
+    forever filled the memory under a limit that counted only the values."""
+    with pytest.raises(AgentError, match="sent a stream event longer than 1,000 characters"):
+        SseDecoder(limit=1000).feed(b"data:\n" * 1001)
+
+
+def test_the_text_before_an_error_in_the_same_piece_is_given_first():
+    """Events that arrive together are fed one by one: the text before a mid-stream `error:`
+    (llama.cpp) reaches the page and is kept, cut off, before the error ends the turn."""
+    text = '{"choices": [{"index": 0, "delta": {"content": "Hello"}}]}'
+    events = SseDecoder().feed(f'data: {text}\n\nerror: {{"message": "overflow"}}\n\n'.encode())
+    given = []
+    with pytest.raises(AgentError, match="overflow"):
+        for item in ChunkParser().feed_events(events):
+            given.append(item)
+    assert given == [TextDelta("Hello")]
+
+
+def test_a_chunk_nested_too_deep_is_a_malformed_stream():
+    with pytest.raises(AgentError, match="malformed stream"):
+        chunk_decode("[" * 100_000 + "]" * 100_000)
+
+
 def test_a_chunk_orjson_refuses_is_read_as_json_reads_it():
     """A lone surrogate (half an emoji a server's tokenizer cut) or NaN: read, not refused."""
     chunk = chunk_decode('{"choices": [{"index": 0, "delta": {"content": "\\ud83d"}}], "x": NaN}')
