@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
 import math
 import random
@@ -83,8 +84,8 @@ class ProviderConfig:
 
     base_url: str
     model: str = ""
-    api_key: str = ""
-    headers: Mapping[str, str] = field(default_factory=dict)
+    api_key: str = field(default="", repr=False)  # secrets: never in a log line or a repr
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     temperature: float | None = None
     max_tokens: int | None = None
     connect_timeout: float = 10.0
@@ -131,10 +132,15 @@ def request_json(
     tools: list[dict[str, Any]],
     images: bool = True,
 ) -> bytes:
-    """The request body as JSON bytes (UTF-8, compact): O(history), see `_body_serialise`."""
+    """The request body as JSON bytes (UTF-8, compact): O(history), see `_body_serialise`.
+    What orjson refuses (an integer past 64 bits in a client tool's schema) `json` writes."""
     if not images:
         history = history_without_images(history)
-    return orjson.dumps(chat_request(config, history=history, tools=tools))
+    body = chat_request(config, history=history, tools=tools)
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def body_is_small(history: list[dict[str, Any]]) -> bool:
@@ -238,10 +244,11 @@ def _headers(config: ProviderConfig) -> dict[str, str]:
 
 
 def _environment_proxy(url: str) -> str | None:
-    host = urllib.parse.urlsplit(url).hostname or ""
-    if urllib.request.proxy_bypass(host):
+    parts = urllib.parse.urlsplit(url)
+    if urllib.request.proxy_bypass(parts.hostname or ""):
         return None
-    return urllib.request.getproxies().get(urllib.parse.urlsplit(url).scheme)
+    proxies = urllib.request.getproxies()
+    return proxies.get(parts.scheme) or proxies.get("all")
 
 
 def provider_client(config: ProviderConfig) -> ModelClient:

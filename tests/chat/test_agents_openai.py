@@ -315,3 +315,28 @@ def test_the_proxy_the_environment_names_is_used_unless_no_proxy_covers_the_host
     assert _environment_proxy("https://api.openai.com/v1") == "http://proxy.example:3128"
     assert _environment_proxy("https://llm.internal/v1") is None
     assert _environment_proxy("http://127.0.0.1:8080/v1") is None  # no HTTP_PROXY
+    monkeypatch.setenv("ALL_PROXY", "http://proxy.example:8888")  # what httpx read last
+    assert _environment_proxy("http://127.0.0.1:8080/v1") == "http://proxy.example:8888"
+    assert _environment_proxy("https://api.openai.com/v1") == "http://proxy.example:3128"
+
+
+def test_a_tool_schema_number_past_64_bits_is_written_not_refused():
+    """A client tool's schema may hold any JSON number; orjson refuses integers past 64 bits,
+    and every turn of the session failed while the socket offered that tool."""
+    from chat.agents.openai import ProviderConfig, request_json
+
+    tool = {"type": "function", "function": {"name": "t", "parameters": {"maximum": 10**24}}}
+    body = request_json(
+        ProviderConfig(base_url="http://x"),
+        history=[{"role": "user", "content": "é"}],
+        tools=[tool],
+    )
+    assert json.loads(body)["tools"][0]["function"]["parameters"]["maximum"] == 10**24
+    assert "é" in body.decode()
+
+
+def test_the_key_and_headers_stay_out_of_a_configurations_repr():
+    from chat.agents.openai import ProviderConfig
+
+    config = ProviderConfig(base_url="http://x", api_key="sk-secret", headers={"api-key": "k2"})
+    assert "sk-secret" not in repr(config) and "k2" not in repr(config)
