@@ -31,6 +31,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Length, Substr
 
 from geosense.compiled import CompiledRead, db_value
+from geosense.fields import json_text
 
 from .models import Artifact, Message
 
@@ -265,6 +266,7 @@ class _Kept:
     row: _Row
     contexts: list[tuple[str, str, Any]]
     checked: _Checked
+    chars: int  # what keeping it costs, in characters (`_kept_chars`)
     entry: tuple[dict[str, Any], int] | None = None  # without pictures (shared: never changed)
 
     def entry_of(self, pictures: dict[str, str] | None) -> tuple[dict[str, Any], int]:
@@ -285,8 +287,22 @@ def _read(session_id: object, *, before: int | None = None, after: int | None = 
         cut = row.size if row.cut_off else None
         pks = sorted(context[0] for context in found) or [None]
         checked = tuple((row.id, cut, pk) for pk in pks)
-        kept.append(_Kept(row=row, contexts=[context[1:] for context in found], checked=checked))
+        contexts_kept = [context[1:] for context in found]
+        chars = _kept_chars(row, contexts_kept)
+        kept.append(_Kept(row=row, contexts=contexts_kept, checked=checked, chars=chars))
     return kept
+
+
+def _kept_chars(row: _Row, contexts: list[tuple[str, str, Any]]) -> int:
+    """What keeping a row costs, in characters: its text, its calls and its contexts' data as
+    JSON (a context may be megabytes: a selection of 200,000 ids), and its objects (the row,
+    its entry, its check) as `ROW_OVERHEAD_CHARS`. Measured once, when the row is read."""
+    chars = len(row.text) + ROW_OVERHEAD_CHARS
+    if row.tool_calls:
+        chars += len(json_text(row.tool_calls))
+    for _, _, data in contexts:
+        chars += len(json_text(data))
+    return chars
 
 
 @dataclass
@@ -327,8 +343,12 @@ class _Gather:
 # The check reads at most this many rows (a row per attached context); a session whose kept
 # rows come near it is read from the database at every step, as without keeping.
 CHECK_ROWS = 2_048
-# Characters of text kept for all sessions together (the least recently used go first).
+# What is kept for all sessions together, in characters of text, calls and contexts' data (the
+# least recently used go first), and at most this many sessions.
 KEPT_CHARS = 8_000_000
+KEPT_SESSIONS = 4_096
+# A kept row's objects (the row, its entry, its check) counted as this many characters.
+ROW_OVERHEAD_CHARS = 256
 
 
 @dataclass
@@ -342,7 +362,8 @@ class _Session:
 
 
 class _KeptSessions:
-    """The sessions' kept rows, least recently used first, at most `KEPT_CHARS` of text.
+    """The sessions' kept rows, least recently used first, at most `KEPT_CHARS` (`_kept_chars`)
+    and `KEPT_SESSIONS`.
     A session's window is read by the turn holding its claim: one reader at a time, which
     takes the rows out (`take`) and puts back what it walked (`put`)."""
 
@@ -359,15 +380,17 @@ class _KeptSessions:
             return session
 
     def put(self, key: str, rows: list[_Kept], *, complete: bool) -> None:
-        chars = sum(len(kept.row.text) + 64 for kept in rows)
-        if not rows or chars > KEPT_CHARS // 4 or len(rows) > CHECK_ROWS // 2:
+        """Keep a session's walked rows, unless they are too many to check in one statement
+        with the rows the next step adds (half its `CHECK_ROWS`) or a quarter of `KEPT_CHARS`."""
+        chars = sum(kept.chars for kept in rows)
+        checked = [values for kept in rows for values in kept.checked]
+        if not rows or chars > KEPT_CHARS // 4 or len(checked) > CHECK_ROWS // 2:
             return
         with self._lock:
             old = self._sessions.pop(key, None)
             self._chars += chars - (old.chars if old is not None else 0)
-            checked = [values for kept in rows for values in kept.checked]
             self._sessions[key] = _Session(rows, complete, chars, checked)
-            while self._chars > KEPT_CHARS:
+            while self._chars > KEPT_CHARS or len(self._sessions) > KEPT_SESSIONS:
                 _, dropped = self._sessions.popitem(last=False)
                 self._chars -= dropped.chars
 

@@ -208,3 +208,31 @@ def test_a_step_decodes_only_the_rows_stored_since_the_last_window(monkeypatch):
         assert second == history_window_reference(session_id=session.session.pk, budget=100_000)
     # Each new row's calls (a user message's contexts: their rows' data, one each).
     assert per_step[4] == per_step[50] == [4 + 1, 2], per_step
+
+
+def test_what_is_kept_counts_the_contexts_data_and_the_sessions(monkeypatch):
+    """A context may be megabytes (a selection of 200,000 ids): counted as text alone, five
+    such sessions kept 36 MB under a bound that saw 715 characters. Contexts' data counts,
+    and so does the number of sessions."""
+    user = get_user_model().objects.create_user("kept-size")
+    selection = {"ids": list(range(200_000))}
+    history._kept.clear()
+    monkeypatch.setattr(history, "KEPT_SESSIONS", 3)
+    for n in range(5):
+        session = Session(user)
+        message = session.add("user", content=f"question {n}")
+        Artifact.objects.create(
+            session=session.session,
+            artifact_id=f"selection-{n}",
+            kind="selection",
+            data=selection,
+            origin="client:selection",
+            message=message,
+        )
+        history_window(session_id=session.session.pk, budget=100_000)
+        assert history._kept._chars >= len(json.dumps(selection, separators=(",", ":")))
+    assert len(history._kept._sessions) == 3
+    monkeypatch.setattr(history, "KEPT_CHARS", 1_000_000)  # a quarter is less than one session
+    history._kept.clear()
+    history_window(session_id=session.session.pk, budget=100_000)
+    assert history._kept._chars == 0
