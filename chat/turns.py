@@ -127,7 +127,8 @@ class PreparedTurn:
     # For a resume: the assistant message whose remaining calls continue first.
     resume_message_id: int | None = None
     approval_outcome: approvals.ApprovalOutcome | None = None
-    # When the claim was taken (time.monotonic()): its lease is fresh until then + a quarter.
+    # When the claim was taken (time.monotonic(), read before its write): its lease is fresh
+    # until then + a quarter.
     claimed: float = field(default_factory=time.monotonic)
 
 
@@ -286,13 +287,17 @@ def _prepare_sync(*, session_id: Any, user: Any, request: TurnRequest) -> Prepar
         if not request.text.strip():
             raise TurnRequestInvalid("text must not be empty")
         usage.turn_affordable_check(user=user)
+    claimed = time.monotonic()  # before the claim's write: its lease runs from no later
     services.session_claim(session_id=session_id)
     try:
         if isinstance(request, NewMessage):
-            return _prepare_message(session_id=session_id, user=user, request=request)
-        if isinstance(request, ApprovalAnswer):
-            return _prepare_approval(session_id=session_id, user=user, request=request)
-        return _prepare_decision(session_id=session_id, user=user, request=request)
+            prepared = _prepare_message(session_id=session_id, user=user, request=request)
+        elif isinstance(request, ApprovalAnswer):
+            prepared = _prepare_approval(session_id=session_id, user=user, request=request)
+        else:
+            prepared = _prepare_decision(session_id=session_id, user=user, request=request)
+        prepared.claimed = claimed
+        return prepared
     except BaseException:
         try:
             services.session_release(session_id=session_id)

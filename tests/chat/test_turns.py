@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -520,6 +521,32 @@ async def test_a_call_id_the_model_reuses_in_a_later_turn_still_runs_and_gets_it
     fed = openai_agent.requests[-1]["messages"]
     assert history_is_valid(fed)
     assert [m["tool_call_id"] for m in fed if m["role"] == "tool"] == ["call_0", "call_0~2"]
+
+
+async def test_a_claims_freshness_runs_from_before_its_write(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """A step skips the renewal while the claim is fresh: the time must be read before the
+    claim's write, not after the whole preparation (which may wait on a busy database)."""
+    from chat import turns
+
+    claims, prepared = [], []
+    real_claim, real_prepare = services.session_claim, turns._prepare_sync
+    monkeypatch.setattr(
+        services,
+        "session_claim",
+        lambda **kw: claims.append(time.monotonic()) or real_claim(**kw),
+    )
+    monkeypatch.setattr(
+        turns, "_prepare_sync", lambda **kw: prepared.append(real_prepare(**kw)) or prepared[-1]
+    )
+    openai_agent.reply_text("Hello.")
+
+    await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+
+    assert prepared[0].claimed <= claims[0]
 
 
 @pytest.mark.parametrize("stale", [False, True])
