@@ -265,9 +265,9 @@ _HEADER_BREAK_RE = re.compile(r"[\r\n\x00]")
 GEOSENSE_LLM_HEADERS = _env_headers("GEOSENSE_LLM_HEADERS")
 GEOSENSE_LLM_TEMPERATURE = _env_number("GEOSENSE_LLM_TEMPERATURE", float, low=0, high=2)
 GEOSENSE_LLM_MAX_TOKENS = _env_number("GEOSENSE_LLM_MAX_TOKENS", int, low=1)
-# Seconds to connect to the model server (each attempt), to the first line of its answer (from
+# Seconds to connect to the model server (each attempt), to the first bytes of its answer (from
 # the request's start, retries included; GEOSENSE_LLM_TIMEOUT is this setting's older name) and
-# between two lines once the answer streams (a stall ends the turn, the text shown is kept).
+# of silence once the answer streams (a stall ends the turn, the text shown is kept).
 GEOSENSE_LLM_CONNECT_TIMEOUT = _env_number("GEOSENSE_LLM_CONNECT_TIMEOUT", float, low=0.1) or 10.0
 GEOSENSE_LLM_FIRST_BYTE_TIMEOUT = (
     _env_number("GEOSENSE_LLM_FIRST_BYTE_TIMEOUT", float, low=0.1)

@@ -83,5 +83,7 @@ class Agent(Protocol):
         tools: list[dict[str, Any]],
         context: AgentContext,
     ) -> AsyncIterator[AgentChunk]:
-        """Answer the history (OpenAI chat format, system message first) with these tools."""
+        """Answer the history (OpenAI chat format, system message first) with these tools.
+        Its messages are shared with the engine's next window (engine invariant 6): read them,
+        never change them in place."""
         ...
