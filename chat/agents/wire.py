@@ -419,7 +419,7 @@ def chunk_decode(data: str) -> Mapping[str, Any]:
         # What orjson refuses and `json` reads: lone surrogates, NaN (orjson reads an integer
         # past 64 bits as a float). Nesting too deep for orjson is too deep for `json` too.
         try:
-            payload = json.loads(data)
+            payload = _well_formed(json.loads(data))
         except (ValueError, RecursionError):
             raise AgentError("The language model server sent a malformed stream.") from None
     message = server_error_text(payload)
@@ -428,6 +428,19 @@ def chunk_decode(data: str) -> Mapping[str, Any]:
     if not isinstance(payload, dict):
         raise AgentError("The language model server sent a malformed stream.")
     return payload
+
+
+def _well_formed(value: Any) -> Any:
+    """`value` with each lone surrogate (half an emoji a server's tokenizer cut off from the
+    other half) replaced by U+FFFD: text that cannot be encoded broke the SSE response and the
+    message's insert, and the turn ended with no `turn_end`."""
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_well_formed(key): _well_formed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_well_formed(item) for item in value]
+    return value
 
 
 def server_error_message(text: str, *, limit: int = 300) -> str:

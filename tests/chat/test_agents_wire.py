@@ -250,6 +250,8 @@ def test_a_chunk_nested_too_deep_is_a_malformed_stream():
 
 
 def test_a_chunk_orjson_refuses_is_read_as_json_reads_it():
-    """A lone surrogate (half an emoji a server's tokenizer cut) or NaN: read, not refused."""
-    chunk = chunk_decode('{"choices": [{"index": 0, "delta": {"content": "\\ud83d"}}], "x": NaN}')
-    assert chunk["choices"][0]["delta"]["content"] == "\ud83d"
+    """A lone surrogate (half an emoji a server's tokenizer cut) or NaN: read, not refused;
+    the half emoji becomes U+FFFD, which can be sent and stored (it could not)."""
+    chunk = chunk_decode('{"choices": [{"index": 0, "delta": {"content": "a\\ud83d"}}], "x": NaN}')
+    assert chunk["choices"][0]["delta"]["content"] == "a\ufffd"
+    assert chunk_decode('{"t": "\\ud83d\\ude00"}') == {"t": "\U0001f600"}  # a whole pair

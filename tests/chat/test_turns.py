@@ -523,6 +523,23 @@ async def test_a_call_id_the_model_reuses_in_a_later_turn_still_runs_and_gets_it
     assert [m["tool_call_id"] for m in fed if m["role"] == "tool"] == ["call_0", "call_0~2"]
 
 
+async def test_half_an_emoji_from_the_model_still_ends_the_turn(
+    client, trusted_caller, openai_agent
+):
+    """A tokenizer may cut an emoji in two (a lone surrogate in the chunk's JSON): the SSE
+    response could not encode it and broke off without `turn_end`, and the message's insert
+    failed (CONTRACT: the stream always ends with `turn_end`)."""
+    openai_agent.reply_text("Half an emoji: \ud83d, then more.")
+
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+
+    assert out.names()[-1] == "turn_end"
+    stored = await Message.objects.filter(role="assistant").alatest("id")
+    assert stored.content == "Half an emoji: \ufffd, then more."
+
+
 async def test_a_claims_freshness_runs_from_before_its_write(
     client, trusted_caller, openai_agent, monkeypatch
 ):
