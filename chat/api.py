@@ -24,7 +24,7 @@ from geosense.annotations.types import (
 )
 from geosense.dbpool import in_request_thread
 from geosense.throttle import cache_allow
-from geosense.wire import TurnEvent, sse_frame
+from geosense.wire import UNPAIRED_SURROGATE, TurnEvent, holds_unpaired_surrogate, sse_frame
 from tools.schemas import CheckTooCostly, checked_inline, json_depth_exceeds
 
 from . import selectors, services
@@ -84,8 +84,6 @@ def _error(message: str, status: int) -> JsonResponse:
 
 BODY_MAX_DEPTH = 64
 ID_MAX = 2**63 - 1  # the database's integer ids
-# A JSON escape of a UTF-16 surrogate: only then can a string hold a lone one.
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 async def _body(request: HttpRequest) -> dict[str, Any]:
@@ -115,13 +113,8 @@ def _body_parse(raw: bytes) -> dict[str, Any]:
         raise BadRequest("the body must be a JSON object")
     if json_depth_exceeds(data, BODY_MAX_DEPTH):
         raise BadRequest(f"the body nests deeper than {BODY_MAX_DEPTH} levels")
-    if _SURROGATE_ESCAPE.search(raw):
-        try:
-            json.dumps(data, ensure_ascii=False).encode()
-        except UnicodeEncodeError:
-            raise BadRequest(
-                "the body holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)"
-            ) from None
+    if holds_unpaired_surrogate(raw, data):
+        raise BadRequest(f"the body {UNPAIRED_SURROGATE}")
     return data
 
 

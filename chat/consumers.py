@@ -325,6 +325,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return await self.error(400, "the frame nests too deeply")
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
             return await self.error(400, "a frame must be a JSON object with a string type")
+        if wire.holds_unpaired_surrogate(text_data, frame):  # as the HTTP API refuses it
+            return await self.error(400, f"the frame {wire.UNPAIRED_SURROGATE}")
         handler = self.handlers.get(frame["type"])
         if handler is None:
             return await self.error(400, f"unknown frame type {frame['type'][:64]!r}")

@@ -295,13 +295,14 @@ def _read(session_id: object, *, before: int | None = None, after: int | None = 
 
 def _kept_chars(row: _Row, contexts: list[tuple[str, str, Any]]) -> int:
     """What keeping a row costs, in characters: its text, its calls and its contexts' data as
-    JSON (a context may be megabytes: a selection of 200,000 ids), and its objects (the row,
-    its entry, its check) as `ROW_OVERHEAD_CHARS`. Measured once, when the row is read."""
+    JSON (a context may be megabytes: a selection of 200,000 ids; weighted for its decoded
+    objects), and its objects (the row, its entry, its check) as `ROW_OVERHEAD_CHARS`.
+    Measured once, when the row is read."""
     chars = len(row.text) + ROW_OVERHEAD_CHARS
     if row.tool_calls:
         chars += len(json_text(row.tool_calls))
     for _, _, data in contexts:
-        chars += len(json_text(data))
+        chars += len(json_text(data)) * CONTEXT_CHARS_WEIGHT
     return chars
 
 
@@ -349,6 +350,9 @@ KEPT_CHARS = 8_000_000
 KEPT_SESSIONS = 4_096
 # A kept row's objects (the row, its entry, its check) counted as this many characters.
 ROW_OVERHEAD_CHARS = 256
+# A context's data is kept decoded: its Python objects take 5-24 bytes per character of its
+# JSON (lists of numbers, lists of small objects), text about one.
+CONTEXT_CHARS_WEIGHT = 8
 
 
 @dataclass

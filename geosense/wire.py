@@ -17,6 +17,7 @@ Nothing here imports from the rest of GeoSense: every layer may use it.
 """
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict, get_args
@@ -31,6 +32,26 @@ CONTEXT_TYPES: tuple[ContextType, ...] = get_args(ContextType)
 MAP_CONTEXT_TYPES: tuple[ContextType, ...] = ("visibility", "position", "image")
 #: At most this many contexts per message.
 CONTEXTS_MAX = 8
+
+
+# A JSON escape of a UTF-16 surrogate: only then can a string hold a lone one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
+UNPAIRED_SURROGATE = "holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)"
+
+
+def holds_unpaired_surrogate(raw: str | bytes, value: Any) -> bool:
+    """Whether the JSON text `raw`, read as `value`, holds a lone UTF-16 surrogate (an escape
+    such as `\\ud83d` without its pair): such text cannot be encoded, so it breaks whatever
+    stores or sends it on (a message's insert, the model's request, an SSE response)."""
+    pattern = _SURROGATE_ESCAPE_BYTES if isinstance(raw, bytes) else _SURROGATE_ESCAPE
+    if not pattern.search(raw):
+        return False
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 class DataContext(TypedDict):

@@ -133,14 +133,15 @@ def request_json(
     images: bool = True,
 ) -> bytes:
     """The request body as JSON bytes (UTF-8, compact): O(history), see `_body_serialise`.
-    What orjson refuses (an integer past 64 bits in a client tool's schema) `json` writes."""
+    What orjson refuses (an integer past 64 bits in a client tool's schema) `json` writes, in
+    ASCII (escapes, so that even a lone surrogate it might meet is written, not raised)."""
     if not images:
         history = history_without_images(history)
     body = chat_request(config, history=history, tools=tools)
     try:
         return orjson.dumps(body)
     except orjson.JSONEncodeError:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        return json.dumps(body, separators=(",", ":")).encode()
 
 
 def body_is_small(history: list[dict[str, Any]]) -> bool:

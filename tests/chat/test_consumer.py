@@ -326,6 +326,18 @@ async def test_a_refused_rebind_keeps_the_current_binding(alice, bob):
         ),
         ('{"type": "x", "pad": "' + "a" * 100_000 + '"}', 413, "a frame may not exceed 80 KiB"),
         ("[" * 20_000 + "]" * 20_000, 400, "the frame nests too deeply"),
+        # Half an emoji stored in a declaration failed every turn of the session (the model's
+        # request could not be encoded), in a result the turn (the result's insert).
+        (
+            '{"type": "client-tool-register", "tools": [{"name": "t", "description": "\\ud83d"}]}',
+            400,
+            "the frame holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)",
+        ),
+        (
+            '{"type": "client-tool-result", "correlationId": "c", "result": {"a": "\\udc00"}}',
+            400,
+            "the frame holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)",
+        ),
     ],
 )
 async def test_an_invalid_frame_answers_an_error_and_the_socket_stays_usable(

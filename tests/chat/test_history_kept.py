@@ -218,6 +218,7 @@ def test_what_is_kept_counts_the_contexts_data_and_the_sessions(monkeypatch):
     selection = {"ids": list(range(200_000))}
     history._kept.clear()
     monkeypatch.setattr(history, "KEPT_SESSIONS", 3)
+    monkeypatch.setattr(history, "KEPT_CHARS", 200_000_000)  # room for all five
     for n in range(5):
         session = Session(user)
         message = session.add("user", content=f"question {n}")
@@ -230,9 +231,10 @@ def test_what_is_kept_counts_the_contexts_data_and_the_sessions(monkeypatch):
             message=message,
         )
         history_window(session_id=session.session.pk, budget=100_000)
-        assert history._kept._chars >= len(json.dumps(selection, separators=(",", ":")))
+        json_chars = len(json.dumps(selection, separators=(",", ":")))
+        assert history._kept._chars >= history.CONTEXT_CHARS_WEIGHT * json_chars
     assert len(history._kept._sessions) == 3
-    monkeypatch.setattr(history, "KEPT_CHARS", 1_000_000)  # a quarter is less than one session
+    monkeypatch.setattr(history, "KEPT_CHARS", 20_000_000)  # a quarter is less than a session
     history._kept.clear()
     history_window(session_id=session.session.pk, budget=100_000)
     assert history._kept._chars == 0
