@@ -325,7 +325,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return await self.error(400, "the frame nests too deeply")
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
             return await self.error(400, "a frame must be a JSON object with a string type")
-        if wire.holds_unpaired_surrogate(text_data, frame):  # as the HTTP API refuses it
+        if frame["type"] != wire.CLIENT_TOOL_RESULT and wire.holds_unpaired_surrogate(
+            text_data, frame
+        ):  # as the HTTP API refuses it (a result's call is answered: `client_tool_result`)
             return await self.error(400, f"the frame {wire.UNPAIRED_SURROGATE}")
         handler = self.handlers.get(frame["type"])
         if handler is None:
@@ -410,6 +412,19 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         result = wire.client_tool_result_parse(frame)
         correlation_id = result["correlationId"]
         reply_to = self.calls.pop(correlation_id, None)
+        if wire.holds_unpaired_surrogate(self.frame_text, frame):
+            # Refused, and its call answered at once: stored, it failed the turn.
+            known = {"correlation_id": correlation_id[:64]} if reply_to is not None else {}
+            await self.error(400, f"the frame {wire.UNPAIRED_SURROGATE}", **known)
+            if reply_to is not None:
+                failure = f"The client's answer was refused: it {wire.UNPAIRED_SURROGATE}."
+                await client_tool_answer_send(
+                    reply_to,
+                    wire.client_tool_failure_message(
+                        correlation_id=correlation_id, failure=failure
+                    ),
+                )
+            return
         if reply_to is None:
             return await self.error(
                 404, "unknown correlation id", correlation_id=correlation_id[:64]

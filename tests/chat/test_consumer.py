@@ -353,6 +353,23 @@ async def test_an_invalid_frame_answers_an_error_and_the_socket_stays_usable(
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
+async def test_an_answer_holding_half_an_emoji_is_refused_and_its_call_answered(alice):
+    """Refused before its handler, the answer left its call waiting out the time-out."""
+    ws = await registered(alice, [LOCATION])
+    call = asyncio.create_task(request(alice.session, "location_get", {}, wait=30))
+    invoke = await ws.receive_json_from()
+    correlation_id = invoke["correlationId"]
+    frame = {"type": "client-tool-result", "correlationId": correlation_id, "result": {"a": 1}}
+    await ws.send_to(text_data=json.dumps(frame).replace("1}", '"\\udc00"}'))
+    refused = await ws.receive_json_from()
+    assert refused["status"] == 400 and refused["correlationId"] == correlation_id
+    answer = await asyncio.wait_for(call, 5)
+    assert not answer.ok and "unpaired UTF-16 surrogate" in answer.error
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
 async def test_a_binary_frame_answers_an_error(alice):
     ws = await connected(alice)
     await ws.send_to(bytes_data=b"\x00\x01")
