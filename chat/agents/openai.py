@@ -453,7 +453,8 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
             seconds = float(value) / unit
         except ValueError:
             continue
-        return seconds if math.isfinite(seconds) else None
+        if not math.isnan(seconds):  # "inf" asks for longer than any wait: not retried
+            return seconds
     try:
         when = email.utils.parsedate_to_datetime(headers.get("retry-after", ""))
     except (TypeError, ValueError):

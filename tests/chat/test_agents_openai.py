@@ -340,3 +340,11 @@ def test_the_key_and_headers_stay_out_of_a_configurations_repr():
 
     config = ProviderConfig(base_url="http://x", api_key="sk-secret", headers={"api-key": "k2"})
     assert "sk-secret" not in repr(config) and "k2" not in repr(config)
+
+
+def test_retry_after_infinity_is_not_retried_and_nan_gives_way_to_the_other_header():
+    from chat.agents.openai import StatusError, _retry_after, _should_retry
+
+    assert not _should_retry(StatusError(429, None, {"retry-after": "inf"}))
+    assert _retry_after({"retry-after-ms": "nan", "retry-after": "2"}) == 2.0
+    assert _should_retry(StatusError(429, None, {"retry-after": "1"}))
