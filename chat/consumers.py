@@ -341,7 +341,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def send_json(self, content: dict) -> None:
         """One frame to the page, handed to Daphne directly: Channels' `send_json` goes through
         three coroutines of its own (`encode_json`, and `send` twice) on every frame."""
-        await self.base_send({"type": "websocket.send", "text": json.dumps(content)})
+        await self.base_send({"type": "websocket.send", "text": wire.json_text(content)})
+
+    async def send_text(self, text: str) -> None:
+        """A frame already encoded: a turn event of this process, as `chat.events` encodes it
+        once for the SSE stream and every socket of the session (`wire.event_frame_text`)."""
+        await self.base_send({"type": "websocket.send", "text": text})
 
     async def error(self, status: int, error: str, **extra: Any) -> None:
         await self.send_json(wire.error_frame(status, error, **extra))
@@ -365,7 +370,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 self.channel_layer.group_add(session_group(session.pk), self.channel_name)
             ):
                 return await self._live_lost()
-            session_socket_attach(session.pk, self.channel_name, self.turn_event)
+            session_socket_attach(session.pk, self.channel_name, self.send_text)
             self.session_id = session.pk
             if self.tools:
                 # The tools belong to the tab, not the session: they follow it to the new one.

@@ -17,13 +17,15 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
 
-from geosense.wire import TurnEvent, TurnEventMessage, turn_event_message
+from geosense import wire
+from geosense.wire import TurnEvent, turn_event_message
 
 from . import outage
 
 logger = logging.getLogger(__name__)
 
-Relay = Callable[[TurnEventMessage], Awaitable[None]]
+# A socket's delivery of a turn event's frame, as JSON text (`wire.event_frame_text`).
+Relay = Callable[[str], Awaitable[None]]
 
 # How often, at most, a running turn's progress is copied to the shared cache while text
 # streams (every other event is copied at once): a page served by another process reads it.
@@ -89,17 +91,19 @@ def _cache_shared() -> bool:
     return "redis" in settings.CACHES["default"]["BACKEND"].lower()
 
 
-async def _progress_record(session_id: object, event: TurnEvent) -> int:
-    """Add the event to the session's progress (shared with other processes when the cache
-    is); returns the event's number."""
-    key = str(session_id)
-    progress = _progress.setdefault(key, TurnProgress())
+def _progress_add(key: str, event: TurnEvent) -> TurnProgress:
+    """Add the event to the session's progress in this process (dropped at `turn_end`)."""
+    progress = _progress.get(key)
+    if progress is None:
+        progress = _progress[key] = TurnProgress()
     progress.add(event)
-    seq = progress.seq
     if event.event == "turn_end":
         del _progress[key]
-    if not _cache_shared():
-        return seq
+    return progress
+
+
+async def _progress_share(key: str, event: TurnEvent, progress: TurnProgress) -> None:
+    """Copy the session's progress to the shared cache, for pages served by other processes."""
     try:
         if event.event == "turn_end":
             await cache.adelete(_progress_key(key))
@@ -113,7 +117,6 @@ async def _progress_record(session_id: object, event: TurnEvent) -> int:
         raise
     except Exception:  # the shared copy is a convenience; the turn goes on
         logger.exception("could not share a turn's progress")
-    return seq
 
 
 def session_group(session_id: object) -> str:
@@ -146,11 +149,19 @@ def session_socket_detach(session_id: object, channel_name: str) -> None:
 class EventSink:
     """Where one turn's events go: local listeners first, then the session's sockets.
 
-    A listener that fails or went away is dropped; it never stops the turn.
+    A listener that fails or went away is dropped; it never stops the turn. What the sink
+    needs of its session (its key and group, whether progress is shared, the channel layer)
+    is found once per turn: ~6 events a turn, each on the event loop (issue 15).
     """
 
     session_id: object
     listeners: list[Callable[[TurnEvent], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._key = str(self.session_id)
+        self._group = session_group(self._key)
+        self._shared = _cache_shared()
+        self._layer = get_channel_layer()
 
     async def emit(self, event: TurnEvent) -> None:
         for listener in list(self.listeners):
@@ -159,20 +170,29 @@ class EventSink:
             except Exception:  # a broken listener must not break the turn
                 logger.exception("turn event listener failed; dropping it")
                 self.listeners.remove(listener)
-        seq = await _progress_record(self.session_id, event)
-        delivered = await _local_send(self.session_id, event, seq=seq)
-        await _group_send(self.session_id, event, delivered, seq=seq)
+        progress = _progress_add(self._key, event)
+        seq = progress.seq
+        if self._shared:
+            await _progress_share(self._key, event, progress)
+        sockets = _local.get(self._group)
+        delivered = await _local_send(sockets, event, seq=seq) if sockets else []
+        layer = self._layer
+        if layer is not None and _layer_reaches_more(layer, self._group, delivered):
+            await _group_send(layer, self._group, event, delivered, seq=seq)
 
 
-async def _local_send(session_id: object, event: TurnEvent, *, seq: int) -> list[str]:
+async def _local_send(
+    sockets: dict[str, tuple[asyncio.AbstractEventLoop, Relay]], event: TurnEvent, *, seq: int
+) -> list[str]:
+    """Hand the event's frame to the session's sockets on this loop, encoded once for all."""
     loop = asyncio.get_running_loop()
-    sockets = _local.get(session_group(session_id), {})
+    text = wire.event_frame_text(event, seq=seq)
     delivered = []
     for channel_name, (socket_loop, relay) in list(sockets.items()):
         if socket_loop is not loop:
             continue
         try:
-            await relay(turn_event_message(event, seq=seq))
+            await relay(text)
         except asyncio.CancelledError:
             raise
         except Exception:  # a socket closing meanwhile: the channel layer may still reach it
@@ -187,20 +207,15 @@ def _layer_reaches_more(layer: Any, group: str, delivered: list[str]) -> bool:
     is on another event loop); its `group_send` would also sweep every channel and group of
     the process for expired entries, per event. Any other layer may reach other processes."""
     if isinstance(layer, InMemoryChannelLayer):
-        return any(name not in delivered for name in layer.groups.get(group, {}))
+        return bool(layer.groups.get(group, {}).keys() - delivered)
     return True
 
 
 async def _group_send(
-    session_id: object, event: TurnEvent, delivered: list[str], *, seq: int
+    layer: Any, group: str, event: TurnEvent, delivered: list[str], *, seq: int
 ) -> None:
-    layer = get_channel_layer()
-    if layer is None or not _layer_reaches_more(layer, session_group(session_id), delivered):
-        return
     try:
-        await layer.group_send(
-            session_group(session_id), turn_event_message(event, delivered=delivered, seq=seq)
-        )
+        await layer.group_send(group, turn_event_message(event, delivered=delivered, seq=seq))
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the socket side is best effort; the database is the record

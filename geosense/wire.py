@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict, get_args
 
+import orjson
+
 # --- data contexts --------------------------------------------------------------------------
 
 ContextType = Literal["visibility", "position", "image", "selection"]
@@ -38,6 +40,16 @@ CONTEXTS_MAX = 8
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
 UNPAIRED_SURROGATE = "holds an unpaired UTF-16 surrogate (\\ud800-\\udfff)"
+
+
+def json_text(value: Any) -> str:
+    """`value` as compact JSON text, by orjson (a frame or an event costs the event loop one
+    C call, `json.dumps` ~6 Python calls). What orjson refuses (an integer past 64 bits, a lone
+    surrogate, a key that is not a string) `json` writes, lone surrogates as ASCII escapes."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, separators=(",", ":"))
 
 
 def holds_unpaired_surrogate(raw: str | bytes, value: Any) -> bool:
@@ -249,6 +261,33 @@ class TurnEvent:
     event: EventName
     data: EventData
 
+    @property
+    def data_json(self) -> str:
+        """`data` as JSON text, encoded at its first use and kept: the SSE stream and the
+        session's sockets of this process send the same text (`sse_frame`,
+        `event_frame_text`). The data is not changed once emitted (the engine persists, then
+        emits: docs/architecture.md, "Engine invariants")."""
+        text = self.__dict__.get("_data_json")
+        if text is None:
+            text = self.__dict__["_data_json"] = _event_data_json(self.data)  # frozen dataclass
+        return text
+
+
+# An event's data as the SSE stream has always written it (`json.dumps(…, ensure_ascii=False)`),
+# one encoder for every event rather than one built per call.
+_EVENT_DATA_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
+def _event_data_json(data: Any) -> str:
+    """The data's JSON text; with a lone surrogate (which no UTF-8 stream can carry) in ASCII
+    escapes, so that the SSE stream and the sockets still send it."""
+    text = _EVENT_DATA_ENCODER.encode(data)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(data)
+    return text
+
 
 def turn_start(*, session: object, turn: int) -> TurnEvent:
     return TurnEvent("turn_start", TurnStartData(session=str(session), turn=turn))
@@ -318,7 +357,7 @@ def turn_end() -> TurnEvent:
 
 def sse_frame(event: TurnEvent) -> str:
     """One Server-Sent Event: `event: NAME` and `data: JSON`."""
-    return f"event: {event.event}\ndata: {json.dumps(event.data, ensure_ascii=False)}\n\n"
+    return f"event: {event.event}\ndata: {event.data_json}\n\n"
 
 
 # --- channel-layer messages -----------------------------------------------------------------
@@ -623,6 +662,13 @@ def client_tool_invoke_frame(message: ClientToolInvokeMessage) -> ClientToolInvo
 
 def client_tool_cancelled_frame(correlation_id: str) -> ClientToolCancelledFrame:
     return ClientToolCancelledFrame(type="client-tool-cancelled", correlationId=correlation_id)
+
+
+def event_frame_text(event: TurnEvent, *, seq: int) -> str:
+    """`event`'s `EventFrame` as JSON text, for the sockets of the process that emits it: its
+    data's JSON is the SSE stream's (`TurnEvent.data_json`), written around it, not again.
+    Event names are this module's constants (`EventName`): nothing in them needs escaping."""
+    return f'{{"type":"event","event":"{event.event}","data":{event.data_json},"seq":{seq}}}'
 
 
 def event_frame(message: TurnEventMessage) -> EventFrame:
