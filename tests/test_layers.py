@@ -1,6 +1,7 @@
 """geosense/layers.py: the process's plumbing around Channels, Daphne and Twisted."""
 
 import socket
+import sys
 from contextlib import contextmanager
 
 import pytest
@@ -106,3 +107,54 @@ def test_daphnes_requests_leave_form_bodies_to_django(monkeypatch):
     assert parsed == []
     assert request.args == {}
     assert processed == [body]
+
+
+def _layers_calls(action) -> list[str]:
+    """The Python functions of geosense/layers.py that run while `action()` runs."""
+    calls: list[str] = []
+
+    def count(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith("geosense/layers.py"):
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(count)
+    try:
+        action()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_a_sequence_is_checked_and_sent_without_a_python_call_per_piece():
+    """An SSE chunk is three pieces (size, event, line end): each was checked by a generator
+    step of its own, four Python calls per chunk on the event loop."""
+    with _connection(b"") as (connection, _ours, theirs, _writers):
+        calls = _layers_calls(lambda: connection.writeSequence(http.toChunk(b"event")))
+        assert theirs.recv(64) == b"5\r\nevent\r\n"
+    assert calls == ["write_sequence_now", "_idle", "_send_now"]
+
+
+def test_a_frame_sent_makes_its_unwritten_debug_text_without_a_python_call():
+    """autobahn asks `hltype` and `hlval` three times for every frame it sends, for a debug
+    line that is not written: each deferred text took two Python calls (a function and an
+    `__init__`); it is a `functools.partial`, made in C, formatted only if written."""
+    from autobahn import util
+    from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
+    from autobahn.websocket import protocol as autobahn_protocol
+    from twisted.internet.testing import StringTransport
+
+    factory = WebSocketServerFactory()
+    factory.protocol = WebSocketServerProtocol
+    protocol = factory.buildProtocol(("127.0.0.1", 1))
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    protocol.dataReceived(
+        b"GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    calls = _layers_calls(lambda: protocol.sendMessage(b'{"type": "event"}'))
+
+    assert transport.value().endswith(b'{"type": "event"}')
+    assert calls == []
+    deferred = autobahn_protocol.hlval(42, color="green")
+    assert str(deferred) == f"{deferred}" == str(util.hlval(42, color="green"))
