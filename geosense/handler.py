@@ -264,13 +264,15 @@ class ASGIHandler(asgi.ASGIHandler):
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             if task.done():
-                try:
-                    task.result()
-                except RequestAborted:
-                    pass
-                except AssertionError:
+                # Read, not raised: the client's going away (the usual end of a stream) raised
+                # here would hold this frame in its traceback, and the frame the task that holds
+                # the error: a cycle keeping the whole request for the garbage collector.
+                error = None if task.cancelled() else task.exception()
+                if error is None or isinstance(error, RequestAborted):
+                    continue
+                if isinstance(error, AssertionError):
                     body_file.close()
-                    raise
+                task.result()
             else:
                 task.cancel()
                 try:

@@ -8,6 +8,8 @@ Each request goes through `geosense.asgi.application`, as under Daphne (Django's
 build a handler of their own)."""
 
 import asyncio
+import gc
+import inspect
 import json
 import re
 import threading
@@ -17,6 +19,7 @@ import pytest
 from asgiref.testing import ApplicationCommunicator
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
+from django.core.exceptions import RequestAborted
 from django.core.signals import request_finished, request_started
 
 import chat.api
@@ -198,6 +201,52 @@ async def test_a_streamed_request_hops_only_to_the_pool(held_turns, monkeypatch)
 
     pools = costs.trips + costs.request_trips
     assert costs.hops == pools, (costs.hops, pools)
+
+
+def _cycles_collected() -> list:
+    """What a full collection finds now: objects kept only by reference cycles."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        return list(gc.garbage)
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+
+
+@pytest.mark.parametrize("goes_away", ["mid-stream", "after the end"])
+async def test_a_stream_whose_client_goes_away_leaves_no_cycle_of_the_handlers(
+    held_turns, goes_away
+):
+    """The client going away (the disconnect listener's `RequestAborted`, the usual end of a
+    stream under Daphne) was raised again in the handler's frame: the frame held the task and
+    the task the error, a cycle that kept the whole request (its Django request and response,
+    Daphne's request, the tasks) until a full collection. At 200 users each full collection
+    found ~46,000 such objects and paused the process up to 200 ms of CPU; after, ~600."""
+    _, token, session = await database_sync_to_async(someone)("alice")
+    gc.collect()
+    gc.disable()
+    try:
+        app = await _stream_start(token, session)
+        if goes_away == "after the end":
+            held_turns.set()
+            while (await app.receive_output(10)).get("more_body"):
+                pass
+        await app.send_input({"type": "http.disconnect"})
+        await app.wait(5)
+        del app
+        held_turns.set()
+        await asyncio.sleep(0.05)  # the held turn ends
+        kept = _cycles_collected()
+    finally:
+        gc.enable()
+    handlers = [
+        o
+        for o in kept
+        if isinstance(o, RequestAborted | asyncio.Task)
+        or (inspect.isframe(o) and o.f_code.co_name in {"handle", "listen_for_disconnect"})
+    ]
+    assert not handlers, handlers
 
 
 async def test_a_receiver_of_the_apps_own_hears_each_request_begin_and_end_in_a_thread():
