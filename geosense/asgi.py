@@ -1,6 +1,7 @@
 """ASGI entry point: HTTP through Django, WebSocket through Channels, one Daphne process."""
 
 import asyncio
+import gc
 import os
 import sys
 
@@ -93,3 +94,10 @@ def _close_agents_at_shutdown() -> None:
 
 
 _close_agents_at_shutdown()
+
+# What start-up made (modules, classes, Django's registries, the URLconf, ~110,000 objects) lives
+# as long as the process, yet every full collection walked it: at 200 users about half of the
+# collector's work, pauses of the whole process up to ~250 ms of CPU. Frozen, a collection walks
+# only what serving made.
+gc.collect()
+gc.freeze()
