@@ -174,6 +174,7 @@ class _Draft:
         self.closed = True
         if self._timer is not None and not self._saving:
             self._timer.cancel()
+            self._timer = None  # its frame holds this draft: no cycle for the collector
         async with self._lock:  # a save under way ends first: its id is the draft's
             if cut_off and "".join(self.parts).strip():
                 await self._save()
