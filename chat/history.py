@@ -32,6 +32,7 @@ from django.db.models.functions import Length, Substr
 
 from geosense.compiled import CompiledRead, db_value
 from geosense.fields import json_text
+from tools.registry import ToolSpecs
 
 from .models import Artifact, Message
 
@@ -56,10 +57,15 @@ def tokens_estimate(value: Any) -> int:
     return len(text) // CHARS_PER_TOKEN + 1
 
 
-def history_budget(*, system: str, tools: Sequence[dict[str, Any]]) -> int:
-    """Tokens left for the transcript once the prompt, the tools and the answer have theirs."""
+def history_budget(*, system: str, tools: Sequence[dict[str, Any]] | ToolSpecs) -> int:
+    """Tokens left for the transcript once the prompt, the tools and the answer have theirs
+    (`ToolSpecs`: their JSON measured once, not written again at every step)."""
     answer = settings.GEOSENSE_LLM_MAX_TOKENS or ANSWER_RESERVE_TOKENS
-    fixed = tokens_estimate(system) + tokens_estimate(list(tools)) + answer
+    if isinstance(tools, ToolSpecs):
+        tools_tokens = tools.json_chars // CHARS_PER_TOKEN + 1
+    else:
+        tools_tokens = tokens_estimate(list(tools))
+    fixed = tokens_estimate(system) + tools_tokens + answer
     return settings.GEOSENSE_LLM_CONTEXT_TOKENS - fixed - tokens_estimate(LEFT_OUT_NOTE)
 
 

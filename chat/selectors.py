@@ -3,6 +3,8 @@
 import base64
 import binascii
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,7 +28,7 @@ from django.utils import timezone
 from geosense.compiled import CompiledRead, db_value, model_columns, model_from_row
 from geosense.wire import ApprovalData, DecisionData, MessageData
 from tools.client import ClientTool, ClientToolset
-from tools.registry import backend_tool
+from tools.registry import ToolSpecs, backend_tool
 
 from . import processes
 from .agents.base import AttachedContext, UserRequest
@@ -459,19 +461,57 @@ def client_toolset_of_session(*, session_id: object) -> ClientToolset | None:
     A socket of a process that stopped heartbeating is nobody's (chat/processes.py): its tools
     are not offered, and no call waits for it.
     """
+    return client_tools_offered(session_id=session_id)[0]
+
+
+def client_tools_offered(*, session_id: object) -> tuple[ClientToolset | None, ToolSpecs]:
+    """`client_toolset_of_session`, with its tools' specs as a step offers them."""
     live = processes.heartbeats_on()
     fresh = processes.heartbeat_fresh_since() if live else None
     rows = _REGISTRATION_LATEST.rows(session_id, live, fresh)
     if not rows:
-        return None
+        return None, ToolSpecs()
     channel_name, declared, process = rows[0]
-    tools = [ClientTool.from_declaration(item) for item in declared]
-    return ClientToolset(
+    tools, specs = _declared_tools(declared)
+    toolset = ClientToolset(
         channel_name=channel_name,
-        tools={tool.name: tool for tool in tools},
+        tools=tools,
         elsewhere=process != processes.PROCESS_ID,
         process=process,
     )
+    return toolset, specs
+
+
+# Declarations (their JSON text as stored) → their tools and specs, made once: every step of
+# every turn reads its session's registration, and the pages of a deployment declare the same
+# few sets of tools (decoding them and building the tools and specs anew at every step was a
+# twentieth of the database thread's work per turn). The tools are frozen and shared.
+DECLARED_KEPT = 256
+_declared: OrderedDict[str, tuple[dict[str, ClientTool], ToolSpecs]] = OrderedDict()
+_declared_lock = threading.Lock()
+
+
+def _declared_tools(declared: Any) -> tuple[dict[str, ClientTool], ToolSpecs]:
+    """The tools of a registration's declarations, as the database gives them (their JSON
+    text; decoded already by the first read of a process, which runs through the ORM)."""
+    if not isinstance(declared, str):
+        return _tools_built(declared)
+    with _declared_lock:
+        found = _declared.get(declared)
+        if found is not None:
+            _declared.move_to_end(declared)
+            return found
+    found = _tools_built(json.loads(declared))
+    with _declared_lock:
+        _declared[declared] = found
+        while len(_declared) > DECLARED_KEPT:
+            _declared.popitem(last=False)
+    return found
+
+
+def _tools_built(declared: list[Any]) -> tuple[dict[str, ClientTool], ToolSpecs]:
+    tools = {tool.name: tool for tool in map(ClientTool.from_declaration, declared)}
+    return tools, ToolSpecs.of(tool.openai_spec() for tool in tools.values())
 
 
 def _registration_latest_query(session_id: object, live: bool, fresh: Any) -> QuerySet:
@@ -493,11 +533,13 @@ def _registration_latest_tail(connection: Any, session_id: object, live: bool, f
     return tail
 
 
-# Every step reads the session's client tools: compiled once per process (geosense/compiled.py).
+# Every step reads the session's client tools: compiled once per process (geosense/compiled.py);
+# the declarations come as their JSON text (`_declared_tools`).
 _REGISTRATION_LATEST = CompiledRead(
     build=_registration_latest_query,
     tail=_registration_latest_tail,
     shape=lambda session_id, live, fresh: live,
+    raw=(1,),
 )
 
 

@@ -37,6 +37,7 @@ from tools.registry import (
     ToolRun,
     backend_tool,
     backend_tool_run,
+    backend_tool_specs,
     backend_tools,
     refusal,
 )
@@ -616,10 +617,8 @@ class TurnRunner:
         if now - max(self.prepared.claimed, self.renewed) > STEP_RENEW_SECONDS:
             services.session_lease_renew(session_id=self.session_id)
             self.renewed = now
-        toolset = selectors.client_toolset_of_session(session_id=self.session_id)
-        specs = [t.openai_spec() for t in backend_tools()]
-        if toolset is not None:
-            specs += [t.openai_spec() for t in toolset.tools.values()]
+        toolset, client_specs = selectors.client_tools_offered(session_id=self.session_id)
+        specs = backend_tool_specs() + client_specs  # each made once, not at every step
         overview = annotation_overview()
         prompt = system_prompt(overview=overview.counts, shapes=overview.shapes)
         window = history_window(
@@ -636,7 +635,7 @@ class TurnRunner:
             prompt = f"{prompt}\n\n{LEFT_OUT_NOTE}"
         return _StepInputs(
             toolset=toolset,
-            specs=specs,
+            specs=list(specs.specs),
             history=[{"role": "system", "content": prompt}, *window.messages],
             context=AgentContext(overview=overview.counts, shapes=overview.shapes, request=request),
         )

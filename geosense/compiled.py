@@ -17,7 +17,7 @@ SQL with those parameters and apply the converters the ORM would (JSON decoded, 
 
 import logging
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,11 +65,15 @@ class CompiledRead(_Compiled):
     the last of its parameters, in the SQL's order, prepared for `connection`. `shape(*args)`:
     whatever changes the SQL's text (an optional filter, the length of an `IN` list).
     `converted=False`: after the first call, rows come as the database gives them (a read of
-    integers compared as they are, which the ORM would convert one row at a time)."""
+    integers compared as they are, which the ORM would convert one row at a time); `raw`: the
+    positions in the row that come so (a JSON column's text, kept as a cache's key)."""
 
-    def __init__(self, *, converted: bool = True, **compiled: Any) -> None:
+    def __init__(
+        self, *, converted: bool = True, raw: Collection[int] = (), **compiled: Any
+    ) -> None:
         super().__init__(**compiled)
         self.converted = converted
+        self.raw = frozenset(raw)
 
     def rows(self, *args: Any) -> list[tuple[Any, ...]]:
         connection = connections[DEFAULT_DB_ALIAS]
@@ -111,6 +115,7 @@ class CompiledRead(_Compiled):
                 converters=tuple(
                     (position, tuple(functions), expression)
                     for position, (functions, expression) in converters.items()
+                    if position not in self.raw
                 )
                 if self.converted
                 else (),

@@ -10,9 +10,11 @@ their own for a while with `backend_tools_added`.
 """
 
 import asyncio
+import functools
 import inspect
+import json
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -71,6 +73,11 @@ class BackendTool:
     permission: str = ""
 
     def openai_spec(self) -> dict[str, Any]:
+        """The tool as a request offers it: made once (shared: never changed)."""
+        return self._spec
+
+    @functools.cached_property
+    def _spec(self) -> dict[str, Any]:
         return openai_function_spec(
             name=self.name, description=self.description, parameters=dict(self.arguments)
         )
@@ -104,6 +111,30 @@ def openai_function_spec(
     }
 
 
+@dataclass(frozen=True)
+class ToolSpecs:
+    """Tools as a model request offers them (`openai_spec`s), with the length of each one's
+    JSON (`json.dumps`, not ASCII-escaped), which the history's token budget counts: measured
+    once per set of tools, not at every step (issue 15: writing every spec's JSON for that
+    was a tenth of the database thread's work per turn)."""
+
+    specs: tuple[dict[str, Any], ...] = ()
+    chars: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, specs: Iterable[dict[str, Any]]) -> "ToolSpecs":
+        specs = tuple(specs)
+        return cls(specs, tuple(len(json.dumps(spec, ensure_ascii=False)) for spec in specs))
+
+    def __add__(self, other: "ToolSpecs") -> "ToolSpecs":
+        return ToolSpecs(self.specs + other.specs, self.chars + other.chars)
+
+    @property
+    def json_chars(self) -> int:
+        """`len(json.dumps(list(self.specs), ensure_ascii=False))`, without writing it."""
+        return 2 + sum(self.chars) + 2 * max(0, len(self.chars) - 1)
+
+
 #: What the page says of a call whose arguments did not fit (the model reads the details).
 ASKED_WRONGLY = "The assistant asked for it in a way it does not accept; it was told what to fix."
 #: What the page says of a call that failed inside the server (the log has the details).
@@ -131,6 +162,8 @@ class ToolRun:
 
 
 _REGISTRY: dict[str, BackendTool] = {}
+# The registered tools' specs, made at the first step after the registry changed.
+_specs: ToolSpecs | None = None
 
 
 def backend_tool_register(tool: BackendTool) -> BackendTool:
@@ -140,7 +173,13 @@ def backend_tool_register(tool: BackendTool) -> BackendTool:
         raise ValueError(f"backend tool {tool.name!r} needs a title for the page's cards")
     schema_check(tool.arguments, what=f"{tool.name} arguments")
     _REGISTRY[tool.name] = tool
+    _registry_changed()
     return tool
+
+
+def _registry_changed() -> None:
+    global _specs
+    _specs = None
 
 
 @contextmanager
@@ -153,10 +192,20 @@ def backend_tools_added(*tools: BackendTool) -> Iterator[None]:
     finally:
         for tool in tools:
             _REGISTRY.pop(tool.name, None)
+        _registry_changed()
 
 
 def backend_tools() -> list[BackendTool]:
     return list(_REGISTRY.values())
+
+
+def backend_tool_specs() -> ToolSpecs:
+    """Every registered tool's spec, as every step offers them (made once per registry)."""
+    global _specs
+    specs = _specs
+    if specs is None:
+        specs = _specs = ToolSpecs.of(tool.openai_spec() for tool in list(_REGISTRY.values()))
+    return specs
 
 
 def backend_tool(name: str) -> BackendTool | None:

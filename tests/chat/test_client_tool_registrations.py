@@ -5,7 +5,7 @@ from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 
 from chat.models import ChatSession
-from chat.selectors import client_toolset_of_session
+from chat.selectors import client_tools_offered, client_toolset_of_session
 from chat.services import client_tools_register, client_tools_unregister
 from tests.client_tools import FOCUS, PICK
 from tools.client import client_tool_declare
@@ -48,3 +48,17 @@ async def test_registration_is_visible_to_async_callers(session):
     )
     toolset = await database_sync_to_async(client_toolset_of_session)(session_id=session.pk)
     assert toolset.tools["map_focus"].kind == "one-way"
+
+
+def test_a_declaration_is_decoded_once_and_a_new_one_is_read(session, monkeypatch):
+    """Every step reads its session's registration: the tools of a declaration already seen
+    (its stored text) are the ones made then; a socket that declares anew offers the new ones."""
+    pick, show = (client_tool_declare(raw, backend_names=()) for raw in (PICK, FOCUS))
+    client_tools_register(channel_name="specific.a", session_id=session.pk, tools=[pick])
+    first = [client_toolset_of_session(session_id=session.pk) for _ in range(3)]
+    assert first[1].tools["map_select"] is first[2].tools["map_select"]
+    assert first[2].tools == {"map_select": pick}
+    client_tools_register(channel_name="specific.a", session_id=session.pk, tools=[pick, show])
+    toolset, specs = client_tools_offered(session_id=session.pk)
+    assert toolset.tools == {"map_select": pick, "map_focus": show}
+    assert specs.specs == (pick.openai_spec(), show.openai_spec())

@@ -3,9 +3,12 @@ to the pool and the SQL statements it runs, counted for a turn with one served c
 and a text-only turn, so that a change that adds trips or statements per turn shows here; and
 what an event costs when every socket it goes to is served directly."""
 
+import json
+
 import pytest
 from channels.layers import get_channel_layer
 
+from chat import history
 from chat.events import session_group
 from tests.chat.costs import Costs
 from tests.chat.test_consumer_turns import (
@@ -16,6 +19,8 @@ from tests.chat.test_consumer_turns import (
     tab,
 )
 from tests.client_tools import LOCATION
+from tools import client as client_tools
+from tools import registry
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
@@ -77,6 +82,59 @@ async def test_a_text_turn_costs_few_pool_trips_and_statements(
     # message's session facts and numbering were compiled once, 4 before the messages' insert,
     # 2 before the request's bearer token (with its user) and session-owner reads.
     assert costs.compiled == 0, costs.compiled
+
+
+async def test_a_step_builds_no_tool_spec_and_writes_no_json_of_them(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """The tools a step offers (backend tools and the socket's declared ones) and the length
+    of their JSON, which the history's budget counts, are made once per set of tools: a step
+    built every spec, decoded the socket's declarations into tools, and wrote every spec's
+    JSON again (a tenth of the database thread's work per turn, issue 15)."""
+    ws = await tab(trusted_caller, [LOCATION])
+    for _ in range(2):  # the process's first turns make what later ones share
+        openai_agent.reply_tool_calls([("c1", "location_get", {})])
+        openai_agent.reply_text("Here.")
+        turn = start_turn(client, trusted_caller, "where am I?")
+        await invoke_answer(ws, {"status": "GRANTED"})
+        assert (await turn).names()[-1] == "turn_end"
+    made = {"specs": 0, "declared": 0, "json": 0}
+
+    def counted(name, function):
+        def call(*args, **kwargs):
+            made[name] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    class Json:
+        def dumps(self, value, **kwargs):
+            text = json.dumps(value, **kwargs)
+            made["json"] += len(text)
+            return text
+
+    monkeypatch.setattr(
+        registry, "openai_function_spec", counted("specs", registry.openai_function_spec)
+    )
+    monkeypatch.setattr(
+        client_tools, "openai_function_spec", counted("specs", client_tools.openai_function_spec)
+    )
+    monkeypatch.setattr(
+        client_tools.ClientTool,
+        "from_declaration",
+        classmethod(counted("declared", client_tools.ClientTool.from_declaration.__func__)),
+    )
+    monkeypatch.setattr(history, "json", Json())
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    openai_agent.reply_text("Here.")
+    turn = start_turn(client, trusted_caller, "where am I?")
+    await invoke_answer(ws, {"status": "GRANTED"})
+    assert (await turn).names()[-1] == "turn_end"
+    await ws.disconnect()
+    # Two steps: 18 specs built, 2 declarations decoded, 9,000+ characters of JSON before.
+    assert made["specs"] == 0, made
+    assert made["declared"] == 0, made
+    assert made["json"] < registry.backend_tool_specs().json_chars // 4, made
 
 
 async def test_events_for_sockets_all_served_directly_skip_the_in_memory_layer(
