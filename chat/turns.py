@@ -434,6 +434,12 @@ class TurnRunner:
     answers: dict[str, int] | None = None
     # When the lease was last renewed by this runner (time.monotonic()), else 0.
     renewed: float = 0.0
+    # A client call's result (`services.tool_result_store`'s arguments) that the turn's next
+    # trip stores before anything else (`_deferred_store`): the next step's inputs, or the end.
+    deferred: dict[str, Any] | None = None
+    # The claim was released with the turn's answer (`_step_store`): the end has nothing to do
+    # in the database.
+    released: bool = False
 
     @property
     def session_id(self) -> Any:
@@ -482,7 +488,8 @@ class TurnRunner:
         is done by the next turn's preparation, a release that fails is retried until it
         goes through (`_release_later`), and the listeners always hear the end."""
         try:
-            await in_thread(self._repair_and_release)()
+            if not self.released:
+                await in_thread(self._repair_and_release)()
         except OperationalError as exc:
             logger.warning("turn %s#%s: release retried: %s", self.session_id, self.turn, exc)
             _release_later(self.session_id)
@@ -492,26 +499,38 @@ class TurnRunner:
             logger.exception("could not emit turn_end")
 
     def _repair_and_release(self) -> None:
-        """The end of the turn in the database, in one trip to its thread: unless the turn
-        settled (every call of it answered, or waiting on its pause), every call given a
-        result (a repair the database refuses is left to the next turn's preparation), then
-        the claim released (a refusal raises: the caller retries it)."""
-        if not self.settled:
-            try:
+        """The end of the turn in the database, in one trip to its thread: a result still
+        deferred stored, then unless the turn settled (every call of it answered, or waiting
+        on its pause), every call given a result (a repair the database refuses is left to the
+        next turn's preparation), then the claim released (a refusal raises: the caller
+        retries it)."""
+        try:
+            self._deferred_store()
+            if not self.settled:
                 services.history_repair(session_id=self.session_id)
-            except OperationalError as exc:
-                logger.warning("turn %s#%s: repair deferred: %s", self.session_id, self.turn, exc)
+        except OperationalError as exc:
+            logger.warning("turn %s#%s: repair deferred: %s", self.session_id, self.turn, exc)
         services.session_release(session_id=self.session_id)
+
+    def _deferred_store(self) -> None:
+        """Store the client call's result the turn deferred to this trip (first: a message
+        stored after it in the same trip comes after it, as if it had had a trip of its own)."""
+        if self.deferred is not None:
+            renewed = time.monotonic()
+            services.tool_result_store(**self.deferred)
+            self.deferred = None
+            self.renewed = renewed
+
+    def _note_store(self, content: str) -> None:
+        self._deferred_store()
+        services.message_store(
+            session_id=self.session_id, turn=self.turn, role=Message.Role.NOTE, content=content
+        )
 
     async def _stopped_note(self) -> None:
         """The transcript says the answer was stopped (after the text kept, cut off)."""
         try:
-            await in_thread(services.message_store)(
-                session_id=self.session_id,
-                turn=self.turn,
-                role=Message.Role.NOTE,
-                content=STOPPED_NOTE,
-            )
+            await in_thread(self._note_store)(STOPPED_NOTE)
         except OperationalError as exc:
             logger.warning("turn %s#%s: stop note not stored: %s", self.session_id, self.turn, exc)
 
@@ -521,9 +540,7 @@ class TurnRunner:
         is stored when the database lets us (a failure that is the database's own must still
         reach the page)."""
         try:
-            await in_thread(services.message_store)(
-                session_id=self.session_id, turn=self.turn, role=Message.Role.NOTE, content=message
-            )
+            await in_thread(self._note_store)(message)
         except OperationalError as exc:
             logger.warning("turn %s#%s: note not stored: %s", self.session_id, self.turn, exc)
         await self.sink.emit(wire.error(message))
@@ -543,7 +560,10 @@ class TurnRunner:
         if outcome is not None:
             await self._apply_decision(outcome)
         remaining = await in_thread(selectors.calls_without_result)(message=message)
-        return await self._process_calls(message, remaining, toolset=await self._toolset())
+        # The loop's first step follows: it may store the last result (`_process_calls`).
+        return await self._process_calls(
+            message, remaining, toolset=await self._toolset(), defer_last=not usage.tokens_priced()
+        )
 
     async def _apply_decision(self, outcome: approvals.ApprovalOutcome) -> None:
         """Run, or refuse, the call an approval was about; its arguments were checked before
@@ -595,24 +615,33 @@ class TurnRunner:
                 await self.sink.emit(wire.message(stored.shown))
                 return
             message = stored.message
-            if await self._process_calls(message, message.tool_calls, toolset=step.toolset) is (
-                CallOutcome.PAUSED
-            ):
+            # The turn's next trip (the next step's inputs, or the step limit's message) stores
+            # the last call's result, unless a credit check comes first.
+            deferrable = not usage.tokens_priced()
+            outcome = await self._process_calls(
+                message, message.tool_calls, toolset=step.toolset, defer_last=deferrable
+            )
+            if outcome is CallOutcome.PAUSED:
                 return
-        final = await in_thread(services.message_store)(
+        await self._emit_message(await in_thread(self._step_limit_store)())
+
+    def _step_limit_store(self) -> int:
+        self._deferred_store()  # the last step's last result first
+        return services.message_store(
             session_id=self.session_id,
             turn=self.turn,
             role=Message.Role.ASSISTANT,
             content=STEP_LIMIT_NOTE,
-        )
-        await self._emit_message(final.pk)
+        ).pk
 
     def _step_inputs(self) -> "_StepInputs":
         """What a step asks the model with, read in one trip to the database thread (each
         trip is a wake-up of that thread and of the loop, the ceiling under load): the claim
         renewed unless it was just now (taken, or renewed with the last call's result), the
         session's client tools, the system prompt and the newest turns that fit the model's
-        context (chat/history.py; pictures as images when the agent takes them)."""
+        context (chat/history.py; pictures as images when the agent takes them). The last
+        call's result of the step before is stored first, when it was deferred to this trip."""
+        self._deferred_store()
         now = time.monotonic()
         if now - max(self.prepared.claimed, self.renewed) > STEP_RENEW_SECONDS:
             services.session_lease_renew(session_id=self.session_id)
@@ -668,8 +697,20 @@ class TurnRunner:
             else [],
         )
         if not calls:
-            return _StepStored(message=message, shown=selectors.message_fresh_serialize(message))
+            shown = selectors.message_fresh_serialize(message)
+            self._answer_release()
+            return _StepStored(message=message, shown=shown)
         return _StepStored(message=message, shown=None)
+
+    def _answer_release(self) -> None:
+        """The turn's answer is stored and it has no call: the claim is released in the same
+        trip (the end's trip is spared; a release the database refuses is the end's to retry)."""
+        try:
+            services.session_release(session_id=self.session_id)
+        except OperationalError as exc:
+            logger.warning("turn %s#%s: release retried: %s", self.session_id, self.turn, exc)
+            return
+        self.settled = self.released = True
 
     def _usages_record(self, usages: list[Usage]) -> None:
         for reported in usages:
@@ -732,10 +773,18 @@ class TurnRunner:
         calls: list[wire.StoredToolCall],
         *,
         toolset: client_tools.ClientToolset | None,
+        defer_last: bool = False,
     ) -> CallOutcome:
-        """Answer each call in order; a call that must wait pauses the turn here."""
-        for call in calls:
-            if await self._answer_call(message, call, toolset) is CallOutcome.PAUSED:
+        """Answer each call in order; a call that must wait pauses the turn here.
+
+        `defer_last`: the turn's next trip is the next step's inputs, so the last call's
+        result, if a client tool's, is stored by it (`deferred`) rather than by a trip of its
+        own: a served call's round trip then waits for the database thread, where every turn's
+        trips queue, once and not twice (issue 15). A backend call's result is stored at once:
+        its event follows (engine invariant 5)."""
+        for position, call in enumerate(calls, start=1):
+            defer = defer_last and position == len(calls)
+            if await self._answer_call(message, call, toolset, defer=defer) is CallOutcome.PAUSED:
                 await self._emit_message(message.pk)
                 return CallOutcome.PAUSED
         return CallOutcome.ANSWERED
@@ -745,6 +794,8 @@ class TurnRunner:
         message: Message,
         call: wire.StoredToolCall,
         toolset: client_tools.ClientToolset | None,
+        *,
+        defer: bool = False,
     ) -> CallOutcome:
         """Decode the call's arguments once and hand it to its kind of tool."""
         try:
@@ -757,7 +808,7 @@ class TurnRunner:
         if tool is not None:
             return await self._backend_call(message, call, tool, arguments)
         if toolset is not None and call["name"] in toolset.tools:
-            return await self._client_call(message, call, toolset, arguments)
+            return await self._client_call(message, call, toolset, arguments, defer=defer)
         return await self._store_and_report(
             call, arguments, refusal(f"There is no tool named {call['name']!r}.")
         )
@@ -769,12 +820,13 @@ class TurnRunner:
         run: ToolRun,
         *,
         client: client_tools.ClientTool | None = None,
+        defer: bool = False,
     ) -> CallOutcome:
         """Store the call's result; a client tool's call keeps its words for the activity
-        log (a backend call is reported by its event and words itself from its tool)."""
-        # One thread hop: the result, and the claim renewed after the call.
-        renewed = time.monotonic()
-        await in_thread(services.tool_result_store)(
+        log (a backend call is reported by its event and words itself from its tool).
+        `defer` (a client call's): the turn's next trip stores it (`_process_calls`)."""
+        # One trip: the result, and the claim renewed after the call.
+        stored = dict(
             session_id=self.session_id,
             turn=self.turn,
             tool_call_id=call["id"],
@@ -785,7 +837,12 @@ class TurnRunner:
             title=client.title_text if client is not None else "",
             summary=client.summary_of(arguments) if client is not None else "",
         )
-        self.renewed = renewed
+        if defer and client is not None:
+            self.deferred = stored
+        else:
+            renewed = time.monotonic()
+            await in_thread(services.tool_result_store)(**stored)
+            self.renewed = renewed
         if self.answers is not None:
             self.answers[call["name"]] = self.answers.get(call["name"], 0) + 1
         tool = backend_tool(call["name"])
@@ -850,6 +907,8 @@ class TurnRunner:
         call: wire.StoredToolCall,
         toolset: client_tools.ClientToolset,
         arguments: dict[str, Any],
+        *,
+        defer: bool = False,
     ) -> CallOutcome:
         tool = toolset.tools[call["name"]]
         await self.sink.emit(
@@ -880,6 +939,7 @@ class TurnRunner:
                     f"{tool.name} was already answered {answered} times in this turn. Stop calling it and answer with what you have."
                 ),
                 client=tool,
+                defer=defer,
             )
         raw = call.get("arguments")  # its length lets small arguments be checked on the loop
         problem = await tool.arguments_problem(
@@ -893,10 +953,15 @@ class TurnRunner:
                     f"Invalid arguments for {tool.name}: {problem}. Nothing was sent to the client."
                 ),
                 client=tool,
+                defer=defer,
             )
         if tool.kind == "one-way":
             return await self._store_and_report(
-                call, arguments, ToolRun(ok=True, content=dict(ONE_WAY_DELIVERED)), client=tool
+                call,
+                arguments,
+                ToolRun(ok=True, content=dict(ONE_WAY_DELIVERED)),
+                client=tool,
+                defer=defer,
             )
         if not tool.serve:
             await in_thread(approvals.decision_create)(
@@ -924,7 +989,11 @@ class TurnRunner:
             else {"error": answer.error or "no answer"}
         )
         return await self._store_and_report(
-            call, arguments, ToolRun(ok=answer.ok, content=content), client=tool
+            call,
+            arguments,
+            ToolRun(ok=answer.ok, content=content),
+            client=tool,
+            defer=defer,
         )
 
     def _reachable(self, toolset: client_tools.ClientToolset) -> Callable | None:

@@ -223,3 +223,78 @@ async def test_a_call_to_a_socket_whose_process_dies_meanwhile_is_answered_witho
     await dying
     assert out.names()[-1] == "turn_end"
     assert UNREACHABLE in last_tool_result(openai_agent, 1)
+
+
+def trips_named(monkeypatch) -> list[str]:
+    """The names of the functions the turn engine sends to its database thread, in order."""
+    names: list[str] = []
+    real = turns.in_thread
+
+    def recorded(function):
+        names.append(function.__name__)
+        return real(function)
+
+    monkeypatch.setattr(turns, "in_thread", recorded)
+    return names
+
+
+async def test_a_served_calls_result_is_stored_by_the_trip_of_the_next_steps_reads(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """A served call's round trip waits for the engine's database thread once: its result is
+    stored by the trip that reads the next step's inputs, not by one of its own (under load
+    each trip waits behind every other turn's, issue 15: two waits were ~480 ms of the round
+    trip at 200 users); and the turn's answer releases the claim in its own trip."""
+    trips = trips_named(monkeypatch)
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    openai_agent.reply_text("You are near the park.")
+    ws = await tab(trusted_caller, [LOCATION])
+    turn = start_turn(client, trusted_caller, "where am I?")
+    invoke = (await frames_until(ws, is_invoke))[-1]
+    before_answer = len(trips)
+    await ws.send_json_to(
+        {
+            "type": "client-tool-result",
+            "correlationId": invoke["correlationId"],
+            "result": {"status": "GRANTED"},
+        }
+    )
+    out = await turn
+    await ws.disconnect()
+    assert out.names()[-1] == "turn_end"
+    # It was tool_result_store, _step_inputs, _step_store, _repair_and_release.
+    assert trips[before_answer:] == ["_step_inputs", "_step_store"]
+    assert json.loads(last_tool_result(openai_agent, 1)) == {"status": "GRANTED"}
+    session = await type(trusted_caller.session).objects.aget(pk=trusted_caller.session.pk)
+    assert session.turn_state == "idle"
+
+
+async def test_a_result_left_for_the_next_step_is_stored_before_a_failure_is_noted(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """The next step fails before its trip: the result the socket gave is still stored (not a
+    repair's), before the note that tells of the failure (engine invariant 1)."""
+    real = turns.TurnRunner._step_inputs
+
+    def second_fails(runner):
+        if runner.deferred is not None:
+            raise RuntimeError("the second step broke")
+        return real(runner)
+
+    monkeypatch.setattr(turns.TurnRunner, "_step_inputs", second_fails)
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    ws = await tab(trusted_caller, [LOCATION])
+    turn = start_turn(client, trusted_caller, "where am I?")
+    await invoke_answer(ws, {"status": "GRANTED"})
+    out = await turn
+    await ws.disconnect()
+    assert out.names()[-2:] == ["error", "turn_end"]
+    stored = [
+        (m.role, m.content)
+        async for m in Message.objects.filter(session=trusted_caller.session, turn=1).order_by("id")
+    ]
+    assert [role for role, _ in stored] == ["user", "assistant", "tool", "note"]
+    assert json.loads(stored[2][1]) == {"status": "GRANTED"}
+    assert stored[3][1] == turns.FAILED_NOTE
+    session = await type(trusted_caller.session).objects.aget(pk=trusted_caller.session.pk)
+    assert session.turn_state == "idle"
