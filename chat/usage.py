@@ -17,7 +17,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
 from geosense.accounts.services import credit_balance, credit_charge
-from geosense.compiled import db_value
+from geosense.compiled import db_value, qmark_form, statement_execute
 
 from .models import ChatSession, TurnUsage
 
@@ -116,8 +116,11 @@ def _usage_add(
     session_pk = db_value(TurnUsage, "session", session_id, connection)
     with transaction.mark_for_rollback_on_error(using=connection.alias):
         with connection.cursor() as cursor:
-            cursor.execute(
-                _upsert_sql(connection),
+            sql, qmark = _upsert_sql(connection)
+            statement_execute(
+                cursor,
+                sql,
+                qmark,
                 [session_pk, user_id, session_pk, turn, prompt_tokens, completion_tokens, now, now],
             )
             pk, user_id, requests, prompt, completion, credits = cursor.fetchone()
@@ -135,16 +138,18 @@ def _usage_add(
     return usage
 
 
-def _upsert_sql(connection: Any) -> str:
+def _upsert_sql(connection: Any) -> tuple[str, str | None]:
     """`INSERT … ON CONFLICT (session, turn) DO UPDATE … RETURNING`, as SQLite (3.35+) and
-    PostgreSQL both read it; built once per database vendor."""
-    sql = _UPSERT.get(connection.vendor)
-    if sql is None:
-        sql = _UPSERT[connection.vendor] = _upsert_sql_build(connection.ops.quote_name)
-    return sql
+    PostgreSQL both read it, with its SQLite form (`geosense.compiled.statement_execute`);
+    built once per database vendor."""
+    found = _UPSERT.get(connection.vendor)
+    if found is None:
+        sql = _upsert_sql_build(connection.ops.quote_name)
+        found = _UPSERT[connection.vendor] = (sql, qmark_form(connection, sql))
+    return found
 
 
-_UPSERT: dict[str, str] = {}
+_UPSERT: dict[str, tuple[str, str | None]] = {}
 
 
 def _upsert_sql_build(q: Callable[[str], str]) -> str:

@@ -144,3 +144,71 @@ def test_a_compiled_insert_stores_what_the_orm_stores_compiling_once(sessions, m
     )
     assert stored.tool_calls == [{"id": "c\ufffd", "name": "x", "arguments": "{}"}]
     assert stored.is_error and stored.created == kept.created
+
+
+def _conversions(monkeypatch) -> list[str]:
+    """The statements Django's SQLite cursor converts from `%s` to `?` form."""
+    from django.db.backends.sqlite3.base import SQLiteCursorWrapper
+
+    converted: list[str] = []
+    real = SQLiteCursorWrapper.convert_query
+
+    def convert_query(self, query, **kwargs):
+        converted.append(query)
+        return real(self, query, **kwargs)
+
+    monkeypatch.setattr(SQLiteCursorWrapper, "convert_query", convert_query)
+    return converted
+
+
+def test_compiled_statements_hand_sqlite_their_text_converted_once(sessions, monkeypatch):
+    """Django's SQLite cursor converts each statement's text with a regular expression; a
+    compiled statement's is converted with its plan. Execute wrappers still see every
+    statement, a database error is still Django's, and a cursor that logs its queries (DEBUG,
+    a test capturing them) still logs them."""
+    from django.db import IntegrityError, connection
+    from django.test.utils import CaptureQueriesContext
+
+    first, second = sessions
+    read = CompiledRead(
+        build=_query,
+        tail=lambda connection, session_id, turn: [
+            db_value(Message, "session", session_id, connection),
+            turn,
+        ],
+    )
+    update = CompiledUpdate(
+        build=lambda session_id, title: (
+            ChatSession.objects.filter(pk=session_id),
+            {"title": title},
+        ),
+        tail=lambda connection, session_id, title: [
+            title,
+            db_value(ChatSession, "id", session_id, connection),
+        ],
+    )
+    insert = CompiledInsert(Message)
+    read.rows(first.pk, 1), update.run(first.pk, "one")
+    insert.create(session_id=first.pk, turn=1, role="note", content="first")
+    converted = _conversions(monkeypatch)
+    seen: list[str] = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    expected = [tuple(r) for r in _query(second.pk, 1)]
+    converted.clear()  # the ORM's read just now
+    with connection.execute_wrapper(wrapper):
+        assert read.rows(second.pk, 1) == expected
+        assert update.run(second.pk, "two") == 1
+        created = insert.create(session_id=first.pk, turn=1, role="tool", tool_call_id="r")
+    assert converted == []
+    assert len(seen) == 3 and all("%s" not in sql for sql in seen)
+    assert ChatSession.objects.get(pk=second.pk).title == "two"
+    assert Message.objects.get(pk=created.pk).tool_call_id == "r"
+    with CaptureQueriesContext(connection) as queries:
+        read.rows(first.pk, 1)
+    assert len(queries) == 1
+    with pytest.raises(IntegrityError):  # one result per call, as Django reports it
+        insert.create(session_id=first.pk, turn=1, role="tool", tool_call_id="r")

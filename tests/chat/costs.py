@@ -10,7 +10,7 @@ from asgiref.sync import SyncToAsync
 from django.db.backends import utils as db_utils
 from django.db.models.sql import compiler as sql_compiler
 
-from geosense import dbpool
+from geosense import compiled, dbpool
 
 
 class Costs:
@@ -23,7 +23,7 @@ class Costs:
         self.statements: list[str] = []
         self._lock = threading.Lock()
         call, submit = SyncToAsync.__call__, dbpool._Pool.submit
-        execute = db_utils.CursorWrapper._execute
+        execute, qmark_execute = db_utils.CursorWrapper._execute, compiled._qmark_execute
 
         async def counted_call(hop, *args, **kwargs):
             with self._lock:
@@ -44,6 +44,11 @@ class Costs:
                 self.statements.append(sql[:80])
             return execute(cursor, sql, params, *ignored)
 
+        def counted_qmark_execute(cursor, sql, params, *ignored):
+            with self._lock:
+                self.statements.append(sql[:80])
+            return qmark_execute(cursor, sql, params, *ignored)
+
         def counted(compile_sql):
             def counted_compile(compiler, *args, **kwargs):
                 with self._lock:
@@ -55,6 +60,8 @@ class Costs:
         monkeypatch.setattr(SyncToAsync, "__call__", counted_call)
         monkeypatch.setattr(dbpool._Pool, "submit", counted_submit)
         monkeypatch.setattr(db_utils.CursorWrapper, "_execute", counted_execute)
+        # A compiled statement's SQLite form runs below `_execute` (geosense/compiled.py).
+        monkeypatch.setattr(compiled, "_qmark_execute", counted_qmark_execute)
         for kind in ("SQLCompiler", "SQLInsertCompiler", "SQLUpdateCompiler", "SQLDeleteCompiler"):
             cls = getattr(sql_compiler, kind)
             monkeypatch.setattr(cls, "as_sql", counted(cls.__dict__["as_sql"]))
