@@ -27,7 +27,6 @@ import email.utils
 import json
 import logging
 import math
-import operator
 import random
 import re
 import time
@@ -145,26 +144,22 @@ def request_json(
         return json.dumps(body, separators=(",", ":")).encode()
 
 
-_content_of = operator.methodcaller("get", "content")
-_TEXT_OR_NOTHING = frozenset({str, type(None)})
-
-
 def body_is_small(history: list[dict[str, Any]]) -> bool:
     """Whether the history's messages hold fewer than INLINE_BODY_CHARS characters, counted in
-    at most INLINE_MESSAGES steps (a message with parts, a picture's, counts as large). Counted
-    by C (`map`, `sum`) rather than a Python step per message: it runs before every request."""
+    at most INLINE_MESSAGES steps (a message with parts, a picture's, counts as large)."""
     if len(history) > INLINE_MESSAGES:
         return False
-    contents = list(map(_content_of, history))
-    if not _TEXT_OR_NOTHING.issuperset(map(type, contents)):
-        return False
-    arguments = [
-        call["function"]["arguments"]
-        for message in history
-        if "tool_calls" in message
-        for call in message["tool_calls"]
-    ]
-    return sum(map(len, filter(None, contents))) + sum(map(len, arguments)) < INLINE_BODY_CHARS
+    size = 0
+    for message in history:
+        content = message.get("content")
+        if content.__class__ is str:
+            size += len(content)
+        elif content is not None:
+            return False
+        if "tool_calls" in message:
+            for call in message["tool_calls"]:
+                size += len(call["function"]["arguments"])
+    return size < INLINE_BODY_CHARS
 
 
 async def _body_serialise(

@@ -3,12 +3,11 @@ provider settings as the server receives them."""
 
 import json
 import socket
-import sys
 
 import pytest
 
 from chat.agents import AgentContext, TextDelta, agent_configured
-from chat.agents.openai import INLINE_BODY_CHARS, ProviderConfig, body_is_small, chat_request
+from chat.agents.openai import ProviderConfig, chat_request
 from chat.agents.prompts import system_prompt
 from chat.models import Message
 from tests.chat.helpers import post_stream
@@ -363,35 +362,3 @@ def test_the_configuration_is_read_from_the_settings_once_until_a_setting_change
     assert agent_configured().config.model == "another-model"
     settings.GEOSENSE_LLM_HEADERS = {"X-Team": "maps"}
     assert dict(agent_configured().config.headers) == {"X-Team": "maps"}
-
-
-def test_a_body_is_measured_before_each_request_in_a_few_calls_whatever_its_messages():
-    """Whether a body is serialised on the loop or in a thread is decided before every request:
-    a Python step per message cost ~2 calls each (~80 a request at 40 messages)."""
-    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    turn = [
-        {"role": "user", "content": "where am I?"},
-        {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "c1", "content": '{"status": "GRANTED"}'},
-        {"role": "assistant", "content": "Here."},
-    ]
-    history = [{"role": "system", "content": "You map."}, *turn * 10]
-    calls = 0
-
-    def count(frame, event, arg):
-        nonlocal calls
-        calls += event in ("call", "c_call")
-
-    sys.setprofile(count)
-    try:
-        small = body_is_small(history)
-    finally:
-        sys.setprofile(None)
-
-    assert small and calls <= 15, calls
-    long_arguments = {**call, "function": {"name": "f", "arguments": "1" * INLINE_BODY_CHARS}}
-    picture = [{"type": "image_url", "image_url": {"url": "data:"}}]
-    assert not body_is_small([{"role": "assistant", "content": "", "tool_calls": [long_arguments]}])
-    assert not body_is_small([{"role": "user", "content": "x" * INLINE_BODY_CHARS}])
-    assert not body_is_small([{"role": "user", "content": picture}])
-    assert body_is_small([{"role": "user", "content": "x" * (INLINE_BODY_CHARS - 1)}])
