@@ -74,6 +74,14 @@ class _Pool(ThreadPoolExecutor):
             self._queued -= 1
         return fn(*args, **kwargs)
 
+    def cancel(self, call: Future) -> None:
+        """A call that has not started never will, and no longer counts as queued (it never
+        reaches `_started`: counted for ever, a single-thread pool on a database server kept
+        its connection for ever)."""
+        if call.cancel():
+            with self._queued_lock:
+                self._queued -= 1
+
 
 _pool: _Pool | None = None
 _pool_lock = threading.Lock()
@@ -161,7 +169,7 @@ class _Trip:
         try:
             return await ended
         except asyncio.CancelledError:
-            return await _cancelled(call, task_context, loop)
+            return await _cancelled(self.pool, call, task_context, loop)
         finally:
             _restore_context(context)
 
@@ -240,13 +248,13 @@ def _end(ended: asyncio.Future, result: Any, error: BaseException | None) -> Non
 
 
 async def _cancelled(
-    call: Future, task_context: list[asyncio.Task], loop: asyncio.AbstractEventLoop
+    pool: _Pool, call: Future, task_context: list[asyncio.Task], loop: asyncio.AbstractEventLoop
 ) -> Any:
     """A trip whose caller was cancelled, as asgiref's `SyncToAsync` ends it: a call still
     queued never runs; one that runs goes on in its thread, unawaited, unless it waits in
     `async_to_sync` on a task of this loop: that task is cancelled, and if it finishes anyway
     the caller waits for the call and gets its result."""
-    call.cancel()
+    pool.cancel(call)
     if task_context:
         inner = task_context[0]
         inner.cancel()

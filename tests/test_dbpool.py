@@ -303,3 +303,32 @@ async def test_a_cancelled_caller_cancels_the_coroutine_its_call_waits_on():
     caller.cancel()
     assert await caller == "ended"
     assert seen == ["cancelled"]
+
+
+async def test_a_cancelled_queued_call_leaves_the_queue_and_the_idle_pool_closes(monkeypatch):
+    """A queued call whose caller was cancelled never starts: it counted as queued for ever,
+    and a pool of one thread on a database server (PostgreSQL with `GEOSENSE_DB_THREADS=1`)
+    then kept its connection for ever, as if calls always waited."""
+    idle_closes: list[int] = []
+    monkeypatch.setattr(dbpool, "close_old_connections", lambda: idle_closes.append(1))
+    pool = dbpool._Pool(max_workers=1)
+    monkeypatch.setattr(dbpool, "_pool", pool)
+    gate, started = threading.Event(), threading.Event()
+
+    def held() -> None:
+        started.set()
+        gate.wait(10)
+
+    running = asyncio.ensure_future(dbpool.in_db_thread(held)())
+    await asyncio.to_thread(started.wait, 10)
+    queued = asyncio.ensure_future(dbpool.in_db_thread(_answer)(1))
+    await asyncio.sleep(0)
+    assert pool.queued == 1
+    queued.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert pool.queued == 0
+    gate.set()
+    await running
+    pool.shutdown(wait=True)
+    assert idle_closes == [1]
