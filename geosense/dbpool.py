@@ -5,7 +5,8 @@ request's own, and a turn task started from the request inherits it: 500 turns i
 500 threads, each with its SQLite connection (and its page cache) contending for one writer
 until the busy timeout ran out (issue 15). Every engine call goes through this pool instead, so
 the number of threads and database connections is `GEOSENSE_DB_THREADS` however many turns run;
-turns queue for a thread rather than for the database's lock.
+turns queue for a thread rather than for the database's lock, and the queue is served oldest work
+first (`work_begin`, `_Pool`): a running turn's trips pass those of the turns begun after it.
 
 Connections: with SQLite a pool thread keeps its connection to the file from one call to the
 next (under load, opening a connection per call was a tenth of the process's time: connect, the
@@ -25,14 +26,17 @@ turns nor keeps a connection, hence a thread, in the request (geosense/handler.p
 """
 
 import asyncio
+import atexit
 import contextvars
+import heapq
+import itertools
 import os
+import queue
 import sqlite3
 import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from types import FunctionType
 from typing import Any
 
@@ -45,42 +49,123 @@ from django.db import close_old_connections, connections
 KEPT_CONNECTION_SECONDS = 60.0
 
 
-class _Pool(ThreadPoolExecutor):
-    """A thread pool that knows how many submitted calls have not started yet."""
+# The start of the work (a turn) the trips made in this context belong to: see `work_begin`.
+_began: contextvars.ContextVar[float] = contextvars.ContextVar("work_began")
+
+
+def work_begin() -> None:
+    """The trips made in this context from now on belong to work that begins now (a turn, in
+    its task: the tasks it starts inherit the mark): each pool runs them before the trips of
+    work begun later, and before the trips without a mark submitted later."""
+    _began.set(time.monotonic())
+
+
+# A thread that takes this from its pool's wake-ups ends (`_Pool.shutdown`).
+_STOP = object()
+
+
+class _Pool:
+    """`max_workers` threads ("db_0", "db_1", …, started as calls come and wait) that run the
+    calls submitted to them oldest work first.
+
+    A call's mark is the start of the work it belongs to (`work_begin`: every trip of a turn
+    carries the turn's start), else the time it was submitted. A free thread takes the queued
+    call with the oldest mark, the first submitted among equal marks. In the order calls came,
+    at 200 users each of a turn's ~8 trips waited behind ~196 others (~240 ms a trip, so ~480
+    ms a client tool's round trip): now a running turn's trips pass those of every turn begun
+    after it, the wait gathers at new turns' first trips and turns end in the order they began.
+    A call without a mark (a socket's registration, a request's preparation of a turn) waits
+    only for work begun before it was submitted: however many turns begin after it, none of
+    theirs goes first, so it is never starved.
+
+    Leaner than the `ThreadPoolExecutor` it replaces, whose `submit` was ~13 % of the event
+    loop's samples at 200 users (a Future with its Condition and RLock, a work item, the idle
+    semaphore, the thread count): a call is a list `[function, args]` in a heap, a lock guards
+    the heap and the counts, and a `SimpleQueue` carries one wake-up per call to the threads.
+    A thread that takes a call empties its list, `cancel` empties a queued one: under the lock,
+    whichever comes first decides whether the call runs, and the call leaves the count of
+    queued calls once. A cancelled call's entry is dropped when its wake-up comes.
+
+    The threads are daemons, and the pool's `shutdown` at the interpreter's exit runs what is
+    queued and joins them, as `ThreadPoolExecutor`'s threads were."""
 
     def __init__(self, *, max_workers: int, keep_idle: bool = False) -> None:
-        super().__init__(max_workers=max_workers, thread_name_prefix="db")
-        self._queued = 0
-        self._queued_lock = threading.Lock()
+        self.max_workers = max_workers
         # Each thread keeps a fit connection even when no call waits (see `request_pool`).
         self.keep_idle = keep_idle
+        self._calls: list[tuple[float, int, list]] = []  # a heap of (mark, sequence, call)
+        self._sequence = itertools.count()
+        self._wake: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._queued = 0
+        self._busy = 0
+        self._threads: list[threading.Thread] = []
+        atexit.register(self.shutdown)
 
     @property
     def queued(self) -> int:
+        """Calls submitted that have not started and will (not cancelled)."""
         return self._queued
 
     @property
     def single(self) -> bool:
         """One thread: a waiting call is sure to run on the thread that finished."""
-        return self._max_workers == 1
+        return self.max_workers == 1
 
-    def submit(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Future:
-        with self._queued_lock:
+    def submit(self, fn: Callable, /, *args: Any) -> list:
+        """Queue `fn(*args)`, which must not raise (a trip hands its exception to its caller);
+        the list returned is the call, for `cancel`."""
+        mark = _began.get(None)
+        call = [fn, args]
+        with self._lock:
+            heapq.heappush(
+                self._calls,
+                (time.monotonic() if mark is None else mark, next(self._sequence), call),
+            )
             self._queued += 1
-        return super().submit(self._started, fn, *args, **kwargs)
+            threads = len(self._threads)
+            if self._queued > threads - self._busy and threads < self.max_workers:
+                thread = threading.Thread(target=self._work, name=f"db_{threads}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
+        self._wake.put(None)
+        return call
 
-    def _started(self, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
-        with self._queued_lock:
+    def cancel(self, call: list) -> bool:
+        """Whether `call` was still queued: then it never runs."""
+        with self._lock:
+            if not call:
+                return False
+            call.clear()
             self._queued -= 1
-        return fn(*args, **kwargs)
+            return True
 
-    def cancel(self, call: Future) -> None:
-        """A call that has not started never will, and no longer counts as queued (it never
-        reaches `_started`: counted for ever, a single-thread pool on a database server kept
-        its connection for ever)."""
-        if call.cancel():
-            with self._queued_lock:
+    def _work(self) -> None:
+        while self._wake.get() is not _STOP:
+            with self._lock:
+                call = heapq.heappop(self._calls)[2]
+                if not call:  # cancelled while queued
+                    continue
+                fn, args = call
+                call.clear()
                 self._queued -= 1
+                self._busy += 1
+            try:
+                fn(*args)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+
+    def shutdown(self, *, wait: bool = True) -> None:
+        """The threads end once the calls queued before have run (a later call starts new
+        ones); with `wait`, once they have ended."""
+        with self._lock:
+            threads, self._threads = self._threads, []
+        for _ in threads:
+            self._wake.put(_STOP)
+        if wait:
+            for thread in threads:
+                thread.join()
 
 
 _pool: _Pool | None = None
@@ -143,8 +228,9 @@ class _Trip:
     around each call.
 
     What asgiref's `SyncToAsync` (not thread-sensitive, on an executor) gives such a call, for
-    less than half of the event loop's Python work a trip (99 calls before, 37-43 now; ~40 → ~23
-    µs of the loop's CPU in isolation; about ten trips a turn): the caller's context
+    less than a third of the event loop's Python work a trip (99 calls through it, 37-43 on a
+    `ThreadPoolExecutor`, 28-30 on `_Pool`; ~40 → ~20 µs of the loop's CPU in isolation; about
+    ten trips a turn): the caller's context
     (contextvars, asgiref `Local`s) is the function's and comes back with its changes, the
     caller's exception is the function's `sys.exc_info()`, the loop is the one the function's
     `async_to_sync` runs its coroutine on (asgiref's thread-local `main_event_loop`:
@@ -162,38 +248,36 @@ class _Trip:
         loop = asyncio.get_running_loop()
         context = contextvars.copy_context()
         task_context: list[asyncio.Task] = []  # the task the function's `async_to_sync` runs
-        ended = loop.create_future()
+        ended = [loop.create_future()]  # what the call's end sets (`_cancelled` may replace it)
         call = self.pool.submit(
             self._run, loop, ended, sys.exception(), task_context, context, args, kwargs
         )
         try:
-            return await ended
+            return await ended[0]
         except asyncio.CancelledError:
-            return await _cancelled(self.pool, call, task_context, loop)
+            return await _cancelled(self.pool, call, ended, task_context, loop)
         finally:
             _restore_context(context)
 
     def _run(
         self,
         loop: asyncio.AbstractEventLoop,
-        ended: asyncio.Future,
+        ended: list[asyncio.Future],
         caller_exception: BaseException | None,
         task_context: list[asyncio.Task],
         context: contextvars.Context,
         args: tuple,
         kwargs: dict,
-    ) -> Any:
+    ) -> None:
         """In the pool thread: the call, then its end handed to the loop in one callback
-        (asyncio's `wrap_future` takes a done callback on each side, and the concurrent future's
-        locks and five reads of its state on the loop). The concurrent future ends the same,
-        for a cancelled caller that waits for the call (`_cancelled`)."""
+        (asyncio's `wrap_future` takes a done callback on each side, and a concurrent future's
+        locks and five reads of its state on the loop)."""
         try:
             result = self._call(loop, caller_exception, task_context, context, args, kwargs)
         except BaseException as error:
             _hand_over(loop, ended, None, error)
-            raise
-        _hand_over(loop, ended, result, None)
-        return result
+        else:
+            _hand_over(loop, ended, result, None)
 
     def _call(
         self,
@@ -227,7 +311,7 @@ class _Trip:
 
 def _hand_over(
     loop: asyncio.AbstractEventLoop,
-    ended: asyncio.Future,
+    ended: list[asyncio.Future],
     result: Any,
     error: BaseException | None,
 ) -> None:
@@ -238,29 +322,39 @@ def _hand_over(
             pass
 
 
-def _end(ended: asyncio.Future, result: Any, error: BaseException | None) -> None:
-    if ended.cancelled():
+def _end(ended: list[asyncio.Future], result: Any, error: BaseException | None) -> None:
+    future = ended[0]
+    if future.cancelled():
         return
     if error is None:
-        ended.set_result(result)
+        future.set_result(result)
     else:
-        ended.set_exception(error)
+        future.set_exception(error)
 
 
 async def _cancelled(
-    pool: _Pool, call: Future, task_context: list[asyncio.Task], loop: asyncio.AbstractEventLoop
+    pool: _Pool,
+    call: list,
+    ended: list[asyncio.Future],
+    task_context: list[asyncio.Task],
+    loop: asyncio.AbstractEventLoop,
 ) -> Any:
     """A trip whose caller was cancelled, as asgiref's `SyncToAsync` ends it: a call still
     queued never runs; one that runs goes on in its thread, unawaited, unless it waits in
     `async_to_sync` on a task of this loop: that task is cancelled, and if it finishes anyway
     the caller waits for the call and gets its result."""
-    pool.cancel(call)
-    if task_context:
-        inner = task_context[0]
-        inner.cancel()
+    if pool.cancel(call) or not task_context:
+        raise asyncio.CancelledError
+    # The call cannot end before that task, which this loop runs: its end comes here.
+    after = ended[0] = loop.create_future()
+    inner = task_context[0]
+    inner.cancel()
+    try:
         await inner
-        return await asyncio.wrap_future(call, loop=loop)
-    raise asyncio.CancelledError
+    except BaseException:
+        after.cancel()  # nobody waits for the call's end
+        raise
+    return await after
 
 
 # Threads of the requests' pool (`in_request_thread`).
