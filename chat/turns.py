@@ -29,7 +29,7 @@ from django.db import OperationalError
 
 from geosense import wire
 from geosense.annotations.selectors import annotation_overview
-from geosense.dbpool import in_db_thread
+from geosense.dbpool import in_db_thread, work_begin
 from tools import client as client_tools
 from tools.registry import (
     BackendTool,
@@ -312,6 +312,7 @@ def _prepare_sync(*, session_id: Any, user: Any, request: TurnRequest) -> Prepar
 async def turn_prepare(*, session_id: Any, user: Any, request: TurnRequest) -> PreparedTurn:
     """Claim and store what the turn starts from, or refuse; `TurnUnavailable` when the
     database cannot take it now (every step before a stream is one transaction or undone)."""
+    work_begin()  # this turn's trips (its task's too) go before those of turns begun after it
     if isinstance(request, DecisionAnswer):
         await approvals.decision_answer_check(
             session_id=session_id, tool_call_id=request.tool_call_id, result=request.result
