@@ -54,9 +54,10 @@ _began: contextvars.ContextVar[float] = contextvars.ContextVar("work_began")
 
 
 def work_begin() -> None:
-    """The trips made in this context from now on belong to work that begins now (a turn, in
-    its task: the tasks it starts inherit the mark): each pool runs them before the trips of
-    work begun later, and before the trips without a mark submitted later."""
+    """The trips made in this context from now on belong to work that begins now (a turn, as
+    its request prepares it: the turn's task, and the tasks that task starts, inherit the
+    mark): each pool runs them before the trips of work begun later, and before the trips
+    without a mark submitted later."""
     _began.set(time.monotonic())
 
 
@@ -74,9 +75,11 @@ class _Pool:
     at 200 users each of a turn's ~8 trips waited behind ~196 others (~240 ms a trip, so ~480
     ms a client tool's round trip): now a running turn's trips pass those of every turn begun
     after it, the wait gathers at new turns' first trips and turns end in the order they began.
-    A call without a mark (a socket's registration, a request's preparation of a turn) waits
-    only for work begun before it was submitted: however many turns begin after it, none of
-    theirs goes first, so it is never starved.
+    A call without a mark (a socket's registration, a request's token check) waits only for
+    work begun before it was submitted: however many turns begin after it, none of theirs goes
+    first, so it is never starved. Only calls queued at the same time change order: a call its
+    caller awaited has ended before anything that caller does next, and one context's calls
+    (a turn's) keep their order.
 
     Leaner than the `ThreadPoolExecutor` it replaces, whose `submit` was ~13 % of the event
     loop's samples at 200 users (a Future with its Condition and RLock, a work item, the idle
