@@ -15,6 +15,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from geosense.accounts.first_read import first_read, reads_first
 from geosense.annotations.selectors import annotations_similar_by_hint
 from geosense.annotations.types import (
     SIMILAR_SAMPLES_MAX,
@@ -127,13 +128,17 @@ async def _user(request: HttpRequest):
     return user if user.is_authenticated else None
 
 
+# The views of one session read it first, in the trip that reads their user.
+_reads_session_first = reads_first(selectors.session_of_user, "session_id")
+
+
 async def _owned_session(
     request: HttpRequest, session_id
 ) -> tuple[Any, ChatSession] | JsonResponse:
     user = await _user(request)
     if user is None:
         return _error("authentication required", 401)
-    session = await in_request_thread(selectors.session_of_user)(session_id=session_id, user=user)
+    session = await first_read(request, selectors.session_of_user, session_id=session_id, user=user)
     if session is None:
         return _error("session not found", 404)
     return user, session
@@ -206,6 +211,7 @@ def _session_with_messages(
     return data
 
 
+@_reads_session_first
 @require_http_methods(["GET", "PATCH"])
 async def session_detail(request: HttpRequest, session_id) -> JsonResponse:
     owned = await _owned_session(request, session_id)
@@ -238,6 +244,7 @@ async def session_detail(request: HttpRequest, session_id) -> JsonResponse:
     )
 
 
+@_reads_session_first
 @require_GET
 async def artifact_detail(request: HttpRequest, session_id, artifact_id: str) -> JsonResponse:
     owned = await _owned_session(request, session_id)
@@ -346,16 +353,19 @@ def _parse_resume(body: dict[str, Any]) -> ApprovalAnswer | DecisionAnswer:
     raise BadRequest('send {"approval", "decision"} or {"tool_call", "result"}')
 
 
+@_reads_session_first
 @require_POST
 async def message_stream(request: HttpRequest, session_id) -> HttpResponse:
     return await _start(request, session_id, _parse_message)
 
 
+@_reads_session_first
 @require_POST
 async def resume_stream(request: HttpRequest, session_id) -> HttpResponse:
     return await _start(request, session_id, _parse_resume)
 
 
+@_reads_session_first
 @require_POST
 async def stop(request: HttpRequest, session_id) -> JsonResponse:
     """Stop the session's turn (the Stop button): `{"status": "stopped" | "set_aside" |
@@ -373,6 +383,7 @@ async def stop(request: HttpRequest, session_id) -> JsonResponse:
 # --- the page's find-similar block -----------------------------------------------------------
 
 
+@_reads_session_first
 @require_POST
 async def find_similar(request: HttpRequest, session_id) -> JsonResponse:
     """Run a find-similar block's search for the reader: free, and bounded (above)."""

@@ -42,7 +42,7 @@ from django.db import close_old_connections, connections, reset_queries
 from django.dispatch import Signal
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
-from django.urls import set_script_prefix
+from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_prefix, set_urlconf
 
 # Django's middleware (its `MIDDLEWARE` name) → its async-native twin (geosense/middleware.py).
 ASYNC_TWINS: dict[str, str] = {
@@ -222,6 +222,20 @@ async def _response_close(response: HttpResponseBase) -> None:
     await _signal_send(signals.request_finished, response._handler_class)
 
 
+def request_resolved(request: HttpRequest) -> ResolverMatch | None:
+    """The request's view, as Django's `resolve_request` finds it, for a middleware that must
+    know it before the handler resolves it (the bearer token's trip makes the view's first read,
+    geosense/accounts/first_read.py); None when no URL matches. The handler takes this match
+    instead of resolving the same path again."""
+    urlconf = getattr(request, "urlconf", None)
+    try:
+        match = get_resolver(urlconf).resolve(request.path_info)
+    except Resolver404:
+        return None
+    request._resolved = (request.path_info, urlconf, match)
+    return match
+
+
 class ASGIHandler(asgi.ASGIHandler):
     """Django's ASGI handler with per-request lanes, the async-native middleware chain and
     Django's request signals without thread hops when only Django's own receivers listen."""
@@ -286,6 +300,17 @@ class ASGIHandler(asgi.ASGIHandler):
         else:
             await _response_close(response)
         body_file.close()
+
+    def resolve_request(self, request: HttpRequest) -> ResolverMatch:
+        """Django's, with the match `request_resolved` made for the same path and URLconf."""
+        resolved = getattr(request, "_resolved", None)
+        urlconf = getattr(request, "urlconf", None)
+        if resolved is None or resolved[:2] != (request.path_info, urlconf):
+            return super().resolve_request(request)
+        if hasattr(request, "urlconf"):
+            set_urlconf(urlconf)
+        request.resolver_match = resolved[2]
+        return resolved[2]
 
     def load_middleware(self, is_async: bool = False) -> None:
         """Django's chain, built with each middleware of `ASYNC_TWINS` replaced by its twin.

@@ -8,7 +8,8 @@ messages to store in it, the session-held CSRF secret, the CSRF failure view rea
 still runs in the request's thread, as Django runs it. `request.auser()` loads the session and
 its user in one trip to the requests' database pool (`geosense.dbpool.in_request_thread`)
 instead of the async ORM's hops to the request's thread, whose connection would then keep a
-thread for the whole request.
+thread for the whole request; the same trip makes the view's first read
+(geosense/accounts/first_read.py).
 
 Sync requests (Django's test client, `manage.py` commands) use Django's classes as they are.
 """
@@ -26,6 +27,7 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.middleware import clickjacking, common, csrf, security
 
+from geosense.accounts.first_read import first_read_keep, first_read_make, first_read_planned
 from geosense.dbpool import in_request_thread
 
 
@@ -90,11 +92,21 @@ class MessageMiddleware(AsyncNative, messages_middleware.MessageMiddleware):
         return storage is not None and (storage.used or storage.added_new)
 
 
+def _session_user(request: HttpRequest, planned):
+    """In the requests' pool: the session's user, and the view's first read made for them."""
+    user = auth.get_user(request)
+    return user, first_read_make(user, planned)
+
+
 async def _auser(request: HttpRequest):
     """Django's `request.auser()`: the session's user, its session hash verified
-    (`auth.get_user`), in one trip to the requests' database pool."""
+    (`auth.get_user`), in one trip to the requests' database pool, with the first read of the
+    view once it is resolved (`request.resolver_match`)."""
     if not hasattr(request, "_acached_user"):
-        request._acached_user = await in_request_thread(auth.get_user)(request)
+        planned = first_read_planned(getattr(request, "resolver_match", None))
+        user, made = await in_request_thread(_session_user)(request, planned)
+        request._acached_user = user
+        first_read_keep(request, made)
     return request._acached_user
 
 

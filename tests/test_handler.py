@@ -249,6 +249,102 @@ async def test_a_stream_whose_client_goes_away_leaves_no_cycle_of_the_handlers(
     assert not handlers, handlers
 
 
+async def test_a_streamed_request_reads_its_token_and_its_session_in_one_trip(
+    held_turns, monkeypatch
+):
+    """The bearer token and the session the URL names (which must be the token user's) are
+    read in one trip to the requests' pool: they were two, each ~23 µs of the loop, a thread's
+    work and the GIL handed over and back."""
+    _, token, session = await database_sync_to_async(someone)("alice")
+    costs = Costs(monkeypatch)
+    app = await _stream_start(token, session)
+    held_turns.set()
+    await _stream_end(app)
+
+    assert costs.request_trips == 1
+
+
+async def test_a_streamed_request_reads_its_cookie_user_and_its_session_in_one_trip(
+    held_turns, monkeypatch
+):
+    _, _, session = await database_sync_to_async(someone)("alice")
+    browser = Browser()
+    assert (await browser.login("alice")).status == 302
+    costs = Costs(monkeypatch)
+    app = ApplicationCommunicator(
+        application,
+        _scope(
+            "POST",
+            f"/api/sessions/{session.pk}/message/stream",
+            {
+                "Cookie": "; ".join(f"{k}={v}" for k, v in browser.jar.items()),
+                "X-CSRFToken": browser.jar["csrftoken"],
+                "Content-Type": "application/json",
+            },
+        ),
+    )
+    await app.send_input({"type": "http.request", "body": b'{"text": "hi"}'})
+    assert (await app.receive_output(10))["status"] == 200
+    held_turns.set()
+    await _stream_end(app)
+
+    assert costs.request_trips == 1
+
+
+async def test_a_session_read_with_a_token_or_a_cookie_is_its_owners_alone(monkeypatch):
+    """Read in the user's trip, another user's session still answers 404 on each of the
+    session's views, and a refused token reads nothing."""
+    _, _, theirs = await database_sync_to_async(someone)("bob")
+    _, token, _ = await database_sync_to_async(someone)("alice")
+    browser = Browser()
+    await browser.login("alice")
+    json_body = {"Content-Type": "application/json"}
+    base = f"/api/sessions/{theirs.pk}"
+    for method, path in (
+        ("GET", ""),
+        ("PATCH", ""),
+        ("POST", "/message/stream"),
+        ("POST", "/message/resume/stream"),
+        ("POST", "/stop"),
+        ("POST", "/find-similar"),
+        ("GET", "/artifacts/a1"),
+    ):
+        body = b'{"text": "hi", "title": "mine"}'
+        by_token = await call(
+            method, base + path, body=body, headers={"Authorization": f"Bearer {token}"}
+        )
+        by_cookie = await browser.request(method, base + path, body=body, **json_body)
+        for answer in (by_token, by_cookie):
+            assert (answer.status, answer.json()) == (404, {"error": "session not found"}), path
+
+    costs = Costs(monkeypatch)
+    refused = await call("GET", base, headers={"Authorization": "Bearer gs_nope"})
+    assert (refused.status, refused.json()) == (401, {"error": "invalid bearer token"})
+    assert costs.statements == [costs.statements[0]]  # the token's read alone
+    assert await ChatSession.objects.filter(pk=theirs.pk, title="").aexists()
+
+
+async def test_a_failed_session_read_in_the_tokens_trip_fails_the_view_as_its_own_did(
+    monkeypatch,
+):
+    """The view meets the session read's error where it would have read it (a 500 in JSON),
+    not the token's answer to a busy database (503)."""
+    from django.db import OperationalError
+
+    from chat import selectors
+
+    _, token, session = await database_sync_to_async(someone)("alice")
+
+    def locked(*args):
+        raise OperationalError("database table is locked: chat_chatsession")
+
+    monkeypatch.setattr(selectors._SESSION_OF_USER, "rows", locked)
+    answer = await call(
+        "GET", f"/api/sessions/{session.pk}", headers={"Authorization": f"Bearer {token}"}
+    )
+    assert (answer.status, answer.json()) == (500, {"error": "internal server error"})
+
+
 async def test_a_receiver_of_the_apps_own_hears_each_request_begin_and_end_in_a_thread():
     """Only Django's own receivers of the request signals skip the thread hop: another one is
     run as Django runs it, off the event loop."""

@@ -1,7 +1,8 @@
 """Bearer-token authentication for the HTTP API and the socket.
 
 A request with `Authorization: Bearer <token>` is authenticated by the token alone and needs
-no CSRF token (no cookie is involved, so no cross-site request can forge it).
+no CSRF token (no cookie is involved, so no cross-site request can forge it). The trip that
+reads the token also makes the view's first read (geosense/accounts/first_read.py).
 """
 
 from urllib.parse import urlsplit
@@ -20,7 +21,9 @@ from django.utils.decorators import sync_and_async_middleware
 from django.utils.http import is_same_domain
 
 from geosense.dbpool import in_db_thread, in_request_thread
+from geosense.handler import request_resolved
 
+from .first_read import first_read_keep, first_read_make, first_read_planned
 from .services import api_token_authenticate, api_token_user
 
 
@@ -31,6 +34,12 @@ def _bearer(header: str | None) -> str | None:
     if scheme.lower() != "bearer" or not value.strip():
         return None
     return value.strip()
+
+
+def _token_user(raw: str, planned):
+    """In the requests' pool: the token's user, and the view's first read made for them."""
+    user = api_token_user(raw=raw)
+    return user, first_read_make(user, planned)
 
 
 def _apply(request: HttpRequest, user) -> None:
@@ -79,13 +88,15 @@ def BearerTokenMiddleware(get_response):
             if raw is not None:
                 if not request.path.startswith(TOKEN_SCOPE_PREFIXES):
                     return _out_of_scope()
+                planned = first_read_planned(request_resolved(request))
                 try:
-                    user = await in_request_thread(api_token_user)(raw=raw)
+                    user, made = await in_request_thread(_token_user)(raw, planned)
                 except OperationalError:
                     return _busy()
                 if user is None:
                     return _refused()
                 _apply(request, user)
+                first_read_keep(request, made)
             return await get_response(request)
 
     else:
