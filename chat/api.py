@@ -273,7 +273,7 @@ def _drained(queue: "asyncio.Queue[TurnEvent]", frames: list[str]) -> bool:
     return False
 
 
-async def _follow(prepared: PreparedTurn) -> AsyncIterator[str]:
+async def _follow(prepared: PreparedTurn) -> AsyncIterator[bytes]:
     """Stream a turn's events. The turn is a task of its own: if this client goes away,
     Django cancels this iterator and the turn still runs to its end and is stored.
 
@@ -281,13 +281,14 @@ async def _follow(prepared: PreparedTurn) -> AsyncIterator[str]:
     through Django's response, Daphne and the socket, and under load several events of a
     turn wait together (the same bytes either way). The first chunk, `: ok`, waits for the
     turn's first step (one round of the loop, until its first wait) and takes its
-    `turn_start` along."""
+    `turn_start` along. Chunks are bytes, encoded here: a text chunk has Django's response look
+    up its charset each time (the Content-Type header, a regex, the settings)."""
     queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
     task = turn_launch(prepared, listener=queue.put_nowait)
     await asyncio.sleep(0)
     frames = [": ok\n\n"]
     ended = _drained(queue, frames)
-    yield "".join(frames)
+    yield "".join(frames).encode()
     while not ended:
         try:
             async with asyncio.timeout(KEEPALIVE_SECONDS):  # no task per event, as wait_for's
@@ -295,11 +296,11 @@ async def _follow(prepared: PreparedTurn) -> AsyncIterator[str]:
         except TimeoutError:
             if task.done() and queue.empty():
                 return
-            yield ": keep-alive\n\n"
+            yield b": keep-alive\n\n"
             continue
         frames = [sse_frame(event)]
         ended = event.event == "turn_end" or _drained(queue, frames)
-        yield "".join(frames)
+        yield "".join(frames).encode()
 
 
 def _stream_response(prepared: PreparedTurn) -> StreamingHttpResponse:

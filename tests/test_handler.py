@@ -21,6 +21,7 @@ from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.exceptions import RequestAborted
 from django.core.signals import request_finished, request_started
+from django.http.response import HttpResponseBase
 
 import chat.api
 from chat.models import ChatSession
@@ -343,6 +344,26 @@ async def test_a_failed_session_read_in_the_tokens_trip_fails_the_view_as_its_ow
         "GET", f"/api/sessions/{session.pk}", headers={"Authorization": f"Bearer {token}"}
     )
     assert (answer.status, answer.json()) == (500, {"error": "internal server error"})
+
+
+async def test_a_streams_chunks_go_out_without_a_charset_lookup_each(held_turns, monkeypatch):
+    """A text chunk had Django's response look up its charset (its Content-Type header, a
+    regex, the settings) before encoding it: once per chunk of every turn."""
+    _, token, session = await database_sync_to_async(someone)("alice")
+    looked_up = []
+    charset = HttpResponseBase.charset
+
+    def counted(response):
+        looked_up.append(response)
+        return charset.fget(response)
+
+    monkeypatch.setattr(HttpResponseBase, "charset", property(counted, charset.fset))
+    app = await _stream_start(token, session)
+    held_turns.set()
+    assert (await app.receive_output(10))["body"] == b"event: turn_end\ndata: {}\n\n"
+    await _stream_end(app)
+
+    assert looked_up == []
 
 
 async def test_a_receiver_of_the_apps_own_hears_each_request_begin_and_end_in_a_thread():
