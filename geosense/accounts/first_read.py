@@ -3,8 +3,8 @@
 An API view reads its user (a bearer token's row, or the cookie session's user) and then,
 nearly always, one thing of that user's: the chat session its URL names, which must be theirs
 (chat/api.py). Each read was a trip to the requests' pool (geosense/dbpool.py): ~23 µs of the
-event loop, a thread's work and the GIL handed over and back; and the second trip's submit met
-the pool thread that had just ended the first (5.5 % of the loop's samples at 200 users).
+event loop, a thread's work and the GIL handed over and back (py-spy put 5.5 % of the loop's
+samples at 200 users in the second trip's submit).
 
 A view marked `@reads_first(read, *names)` has `read(user=user, **the URL's named values)` made
 in the user's trip, right after the user is read and only when that user is authenticated. The
