@@ -57,6 +57,7 @@ ASYNC_TWINS: dict[str, str] = {
     "django.middleware.clickjacking.XFrameOptionsMiddleware": (
         "geosense.middleware.XFrameOptionsMiddleware"
     ),
+    "django_htmx.middleware.HtmxMiddleware": "geosense.middleware.HtmxMiddleware",
 }
 
 # Idle lanes kept for the next requests; a lane given back beyond this many ends its thread.

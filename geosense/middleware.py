@@ -11,9 +11,15 @@ instead of the async ORM's hops to the request's thread, whose connection would 
 thread for the whole request; the same trip makes the view's first read
 (geosense/accounts/first_read.py).
 
+What a middleware hangs on the request and that points back at it (the message storage,
+django-htmx's details) reaches it through a weak proxy: a strong reference made a cycle, and
+each request (~50 objects: its headers, body, session, user, match) waited for the garbage
+collector instead of going when its handler let go of it.
+
 Sync requests (Django's test client, `manage.py` commands) use Django's classes as they are.
 """
 
+import weakref
 from functools import partial
 from typing import Any
 
@@ -22,10 +28,13 @@ from django.conf import settings
 from django.contrib import auth
 from django.contrib.auth import middleware as auth_middleware
 from django.contrib.messages import middleware as messages_middleware
+from django.contrib.messages.storage import default_storage
 from django.contrib.sessions import middleware as sessions_middleware
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.middleware import clickjacking, common, csrf, security
+from django.utils.functional import SimpleLazyObject, empty
+from django_htmx import middleware as htmx_middleware
 
 from geosense.accounts.first_read import first_read_keep, first_read_make, first_read_planned
 from geosense.dbpool import in_request_thread
@@ -84,12 +93,36 @@ class SessionMiddleware(AsyncNative, sessions_middleware.SessionMiddleware):
         return session is not None and (session.modified or settings.SESSION_SAVE_EVERY_REQUEST)
 
 
+def _unmade(storage: Any) -> bool:
+    return isinstance(storage, SimpleLazyObject) and storage._wrapped is empty
+
+
 class MessageMiddleware(AsyncNative, messages_middleware.MessageMiddleware):
-    """Messages are stored only when some were read or added (the session may hold them)."""
+    """The storage is made when a message is first read or added (an API request never does:
+    Django made two storages and a signer for each, ~15 µs); messages are stored only when some
+    were read or added (the session may hold them)."""
+
+    def process_request(self, request: HttpRequest) -> None:
+        request._messages = SimpleLazyObject(partial(default_storage, weakref.proxy(request)))
+
+    def process_response(self, request: HttpRequest, response: HttpResponseBase):
+        if _unmade(getattr(request, "_messages", None)):
+            return response
+        return super().process_response(request, response)
 
     def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> bool:
         storage = getattr(request, "_messages", None)
-        return storage is not None and (storage.used or storage.added_new)
+        if storage is None or _unmade(storage):
+            return False
+        return storage.used or storage.added_new
+
+
+class HtmxMiddleware(htmx_middleware.HtmxMiddleware):
+    """django-htmx's `request.htmx`, holding the request through a weak proxy."""
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        request.htmx = htmx_middleware.HtmxDetails(weakref.proxy(request))
+        return await self.get_response(request)
 
 
 def _session_user(request: HttpRequest, planned):

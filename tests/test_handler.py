@@ -250,6 +250,25 @@ async def test_a_stream_whose_client_goes_away_leaves_no_cycle_of_the_handlers(
     assert not handlers, handlers
 
 
+async def test_a_streamed_request_by_token_leaves_nothing_for_the_collector(held_turns):
+    """Once its stream ends, a request goes with its last reference: the message storage and
+    django-htmx's details held the request that held them, a cycle that kept each request
+    (~50 objects: headers, body, session, user, the URL's match) for the garbage collector."""
+    _, token, session = await database_sync_to_async(someone)("alice")
+    gc.collect()
+    gc.disable()
+    try:
+        app = await _stream_start(token, session)
+        held_turns.set()
+        await _stream_end(app)
+        del app
+        await asyncio.sleep(0.05)
+        kept = _cycles_collected()
+    finally:
+        gc.enable()
+    assert kept == []
+
+
 async def test_a_streamed_request_reads_its_token_and_its_session_in_one_trip(
     held_turns, monkeypatch
 ):
