@@ -313,19 +313,24 @@ def tool_result_store(
     text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
     if lease_renew:
         session_lease_renew(session_id=session_id)
+    values = dict(
+        session_id=session_id,
+        turn=turn,
+        role=Message.Role.TOOL,
+        content=text,
+        tool_call_id=tool_call_id,
+        tool_name=tool_name,
+        is_error=is_error,
+        title=title[: Message.TITLE_MAX_CHARS],
+        summary=summary[: Message.SUMMARY_MAX_CHARS],
+    )
     try:
-        with transaction.atomic():
-            return _MESSAGE_INSERT.create(
-                session_id=session_id,
-                turn=turn,
-                role=Message.Role.TOOL,
-                content=text,
-                tool_call_id=tool_call_id,
-                tool_name=tool_name,
-                is_error=is_error,
-                title=title[: Message.TITLE_MAX_CHARS],
-                summary=summary[: Message.SUMMARY_MAX_CHARS],
-            )
+        if not transaction.get_connection().in_atomic_block:
+            # One statement, atomic by itself: a refused second result leaves nothing to undo
+            # (a transaction around it cost a BEGIN and a COMMIT on every call's result).
+            return _MESSAGE_INSERT.create(**values)
+        with transaction.atomic():  # a savepoint: the caller's transaction goes on
+            return _MESSAGE_INSERT.create(**values)
     except IntegrityError:
         return Message.objects.get(
             session_id=session_id, role=Message.Role.TOOL, tool_call_id=tool_call_id

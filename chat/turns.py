@@ -76,8 +76,8 @@ AGENT_FAILED = "The assistant could not answer."
 ONE_WAY_DELIVERED = {"ok": True, "delivered": "shown to the user"}
 # The streamed text is stored at most this long after it was shown (`_Draft`).
 DRAFT_SECONDS = 1.0
-# A step renews the claim's lease only when it was last renewed (or taken) longer ago than
-# this: the keeper (`_keep_lease`) renews it as often, and each call's result with it.
+# A step, or a call's result, renews the claim's lease only when it was last renewed (or taken)
+# longer ago than this: the keeper (`_keep_lease`) renews it as often whatever the turn does.
 STEP_RENEW_SECONDS = services.TURN_LEASE.total_seconds() / 4
 
 _running: set[asyncio.Task] = set()
@@ -517,10 +517,12 @@ class TurnRunner:
         """Store the client call's result the turn deferred to this trip (first: a message
         stored after it in the same trip comes after it, as if it had had a trip of its own)."""
         if self.deferred is not None:
-            renewed = time.monotonic()
             services.tool_result_store(**self.deferred)
             self.deferred = None
-            self.renewed = renewed
+
+    def _lease_stale(self, now: float) -> bool:
+        """The claim was last taken or renewed more than `STEP_RENEW_SECONDS` before `now`."""
+        return now - max(self.prepared.claimed, self.renewed) > STEP_RENEW_SECONDS
 
     def _note_store(self, content: str) -> None:
         self._deferred_store()
@@ -638,13 +640,13 @@ class TurnRunner:
     def _step_inputs(self) -> "_StepInputs":
         """What a step asks the model with, read in one trip to the database thread (each
         trip is a wake-up of that thread and of the loop, the ceiling under load): the claim
-        renewed unless it was just now (taken, or renewed with the last call's result), the
+        renewed when it was taken or last renewed more than a quarter lease ago, the
         session's client tools, the system prompt and the newest turns that fit the model's
         context (chat/history.py; pictures as images when the agent takes them). The last
         call's result of the step before is stored first, when it was deferred to this trip."""
         self._deferred_store()
         now = time.monotonic()
-        if now - max(self.prepared.claimed, self.renewed) > STEP_RENEW_SECONDS:
+        if self._lease_stale(now):
             services.session_lease_renew(session_id=self.session_id)
             self.renewed = now
         toolset, client_specs = selectors.client_tools_offered(session_id=self.session_id)
@@ -826,7 +828,6 @@ class TurnRunner:
         """Store the call's result; a client tool's call keeps its words for the activity
         log (a backend call is reported by its event and words itself from its tool).
         `defer` (a client call's): the turn's next trip stores it (`_process_calls`)."""
-        # One trip: the result, and the claim renewed after the call.
         stored = dict(
             session_id=self.session_id,
             turn=self.turn,
@@ -834,16 +835,18 @@ class TurnRunner:
             tool_name=call["name"],
             content=run.content,
             is_error=not run.ok,
-            lease_renew=True,
             title=client.title_text if client is not None else "",
             summary=client.summary_of(arguments) if client is not None else "",
         )
         if defer and client is not None:
-            self.deferred = stored
+            self.deferred = stored  # the next step's trip renews the claim if it is stale
         else:
-            renewed = time.monotonic()
-            await in_thread(services.tool_result_store)(**stored)
-            self.renewed = renewed
+            # One trip: the result, with the claim renewed when it is stale (a long call).
+            now = time.monotonic()
+            renew = self._lease_stale(now)
+            await in_thread(services.tool_result_store)(**stored, lease_renew=renew)
+            if renew:
+                self.renewed = now
         if self.answers is not None:
             self.answers[call["name"]] = self.answers.get(call["name"], 0) + 1
         tool = backend_tool(call["name"])

@@ -144,8 +144,9 @@ async def test_a_served_calls_small_values_are_checked_on_the_loop_and_its_answe
     assert measured == []
 
 
-async def test_the_answers_of_a_new_turn_are_counted_in_memory_and_the_lease_renewed_with_each_result(
-    client, trusted_caller, openai_agent, monkeypatch
+@pytest.mark.parametrize("stale", [False, True])
+async def test_the_answers_of_a_new_turn_are_counted_in_memory_and_the_lease_renewed_when_old(
+    client, trusted_caller, openai_agent, monkeypatch, stale
 ):
     counted, renewed = [], []
     real_count, real_renew = selectors.tool_answers_in_turn, services.session_lease_renew
@@ -159,6 +160,8 @@ async def test_the_answers_of_a_new_turn_are_counted_in_memory_and_the_lease_ren
         "session_lease_renew",
         lambda **kw: renewed.append(1) or real_renew(**kw),
     )
+    if stale:
+        monkeypatch.setattr(turns, "STEP_RENEW_SECONDS", -1.0)
     openai_agent.reply_tool_calls([("c1", "location_get", {}), ("c2", "location_get", {})])
     openai_agent.reply_text("Twice.")
     ws = await tab(trusted_caller, [LOCATION])
@@ -169,9 +172,11 @@ async def test_the_answers_of_a_new_turn_are_counted_in_memory_and_the_lease_ren
     assert out.names()[-1] == "turn_end"
     await ws.disconnect()
     assert counted == []  # a new message's turn has no earlier answers: not even read
-    # Each result renews the claim as it is stored; neither step renews it again (it was
-    # taken or renewed just before: turns.STEP_RENEW_SECONDS).
-    assert len(renewed) == 2
+    # The claim was taken or renewed a moment ago (the keeper renews it every quarter lease,
+    # turns.STEP_RENEW_SECONDS): neither the steps nor the results renew it (each result did:
+    # 2 statements a turn). Older: the first step, the first result and the second step (whose
+    # trip stores the second result) renew it.
+    assert len(renewed) == (3 if stale else 0)
 
 
 async def test_a_new_turn_still_refuses_a_client_tool_past_its_answers_per_turn(
