@@ -144,9 +144,14 @@ async def _auser(request: HttpRequest):
 
 
 class AuthenticationMiddleware(AsyncNative, auth_middleware.AuthenticationMiddleware):
+    """Django's lazy `request.user` and `request.auser()`, holding the request through a weak
+    proxy (Django's closures over the request made a cycle of each cookie request)."""
+
     def process_request(self, request: HttpRequest) -> None:
-        super().process_request(request)
-        request.auser = partial(_auser, request)
+        super().process_request(request)  # Django's check that sessions come first
+        weak = weakref.proxy(request)
+        request.user = SimpleLazyObject(partial(auth_middleware.get_user, weak))
+        request.auser = partial(_auser, weak)
 
 
 class _Rejected(Exception):
