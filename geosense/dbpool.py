@@ -74,7 +74,8 @@ class _Pool:
     call with the oldest mark, the first submitted among equal marks. In the order calls came,
     at 200 users each of a turn's ~8 trips waited behind ~196 others (~240 ms a trip, so ~480
     ms a client tool's round trip): now a running turn's trips pass those of every turn begun
-    after it, the wait gathers at new turns' first trips and turns end in the order they began.
+    after it, and the wait gathers at new turns' first trips (the tool's round trip p50 ~550 →
+    ~135 ms, p99 ~950 → ~510 ms; docs/benchmarks.md).
     A call without a mark (a socket's registration, a request's token check) waits only for
     work begun before it was submitted: however many turns begin after it, none of theirs goes
     first, so it is never starved. Only calls queued at the same time change order: a call its
