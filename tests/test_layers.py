@@ -75,6 +75,27 @@ def test_a_sequence_written_to_an_idle_connection_is_sent_at_once_in_one_send(qu
         assert theirs.recv(64) == queued + b"5\r\nevent\r\n"
 
 
+class _Channel:
+    """What a Daphne request needs of its HTTP channel; what it writes goes to `written`."""
+
+    factory = type("Factory", (), {"server": type("Server", (), {"server_name": "daphne"})()})()
+    factory.server.protocol_connected = lambda request: None
+    transport = None
+
+    def __init__(self) -> None:
+        self.written: list = []
+        self.writeSequence = self.written.append
+
+    def writeHeaders(self, *status_and_headers):
+        self.written.append(status_and_headers)
+
+    def getPeer(self):
+        return None
+
+    def getHost(self):
+        return None
+
+
 def test_daphnes_requests_leave_form_bodies_to_django(monkeypatch):
     """Twisted parsed every form POST's `Content-Type` (through `email`) and its body into
     `args` on the event loop, a multipart body whole, before Django's limits; Daphne never
@@ -84,19 +105,8 @@ def test_daphnes_requests_leave_form_bodies_to_django(monkeypatch):
     parsed = []
     monkeypatch.setattr(http, "_parseContentType", lambda line: parsed.append(line) or b"")
 
-    class Channel:
-        factory = type("Factory", (), {"server": type("Server", (), {})()})()
-        factory.server.protocol_connected = lambda request: None
-        transport = None
-
-        def getPeer(self):
-            return None
-
-        def getHost(self):
-            return None
-
     body = b"--b\r\nContent-Disposition: form-data; name=x\r\n\r\n1\r\n--b--\r\n"
-    request = WebRequest(Channel())
+    request = WebRequest(_Channel())
     processed = []
     request.process = lambda: processed.append(request.content.read())
     request.requestHeaders.setRawHeaders(b"content-type", [b"multipart/form-data; boundary=b"])
@@ -158,3 +168,42 @@ def test_a_frame_sent_makes_its_unwritten_debug_text_without_a_python_call():
     assert calls == []
     deferred = autobahn_protocol.hlval(42, color="green")
     assert str(deferred) == f"{deferred}" == str(util.hlval(42, color="green"))
+
+
+def test_a_response_message_through_daphne_takes_no_deprecation_proxy_or_python_hash():
+    """Each chunk of a streamed answer went through Daphne's `Server.handle_reply`, which hashed
+    the request twice by a Python `__hash__`, and `WebRequest.handle_reply`, which looked up
+    `http.Request` through Twisted's deprecation proxy of the module (five Python calls): 15
+    Python calls in Daphne and Twisted a chunk, 5 now."""
+    from daphne.http_protocol import WebRequest
+    from daphne.server import Server
+
+    channel = _Channel()
+    request = WebRequest(channel)
+    request.clientproto, request.method = b"HTTP/1.1", b"POST"
+    server = Server.__new__(Server)
+    server.connections = {request: {}}
+
+    def send(message) -> None:
+        with pytest.raises(StopIteration):  # Daphne's send never waits for HTTP messages
+            server.handle_reply(request, message).send(None)
+
+    send({"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1")]})
+    send({"type": "http.response.body", "body": b": ok\n\n", "more_body": True})
+    calls: list[str] = []
+
+    def count(frame, event, arg):
+        if event == "call" and (
+            "/daphne/" in frame.f_code.co_filename or "/twisted/" in frame.f_code.co_filename
+        ):
+            calls.append(frame.f_code.co_name)
+
+    message = {"type": "http.response.body", "body": b"event: x\n\n", "more_body": True}
+    sys.setprofile(count)
+    try:
+        send(message)
+    finally:
+        sys.setprofile(None)
+
+    assert b"".join(channel.written[-1]) == b"a\r\nevent: x\n\n\r\n"
+    assert calls == ["handle_reply", "check_headers_type", "handle_reply", "write", "toChunk"]
