@@ -17,7 +17,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
 from geosense.accounts.services import credit_balance, credit_charge
-from geosense.compiled import db_value, qmark_form, statement_execute
+from geosense.compiled import FETCH_ONE, db_value, qmark_form, statement_run
 
 from .models import ChatSession, TurnUsage
 
@@ -114,16 +114,11 @@ def _usage_add(
         return _usage_add_orm(session_id, turn, prompt_tokens, completion_tokens, user_id)
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     session_pk = db_value(TurnUsage, "session", session_id, connection)
+    sql, qmark = _upsert_sql(connection)
+    params = [session_pk, user_id, session_pk, turn, prompt_tokens, completion_tokens, now, now]
     with transaction.mark_for_rollback_on_error(using=connection.alias):
-        with connection.cursor() as cursor:
-            sql, qmark = _upsert_sql(connection)
-            statement_execute(
-                cursor,
-                sql,
-                qmark,
-                [session_pk, user_id, session_pk, turn, prompt_tokens, completion_tokens, now, now],
-            )
-            pk, user_id, requests, prompt, completion, credits = cursor.fetchone()
+        row = statement_run(connection, sql, qmark, params, FETCH_ONE)
+    pk, user_id, requests, prompt, completion, credits = row
     usage = TurnUsage(
         pk=pk,
         session_id=session_id,
@@ -140,7 +135,7 @@ def _usage_add(
 
 def _upsert_sql(connection: Any) -> tuple[str, str | None]:
     """`INSERT … ON CONFLICT (session, turn) DO UPDATE … RETURNING`, as SQLite (3.35+) and
-    PostgreSQL both read it, with its SQLite form (`geosense.compiled.statement_execute`);
+    PostgreSQL both read it, with its SQLite form (`geosense.compiled.statement_run`);
     built once per database vendor."""
     found = _UPSERT.get(connection.vendor)
     if found is None:

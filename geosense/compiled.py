@@ -17,11 +17,12 @@ SQL with those parameters and apply the converters the ORM would (JSON decoded, 
 
 import functools
 import logging
+import operator
 import sqlite3
 import threading
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.utils import CursorWrapper
@@ -29,6 +30,7 @@ from django.db.models import Model, QuerySet
 from django.db.models.sql import UpdateQuery
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def qmark_form(connection: Any, sql: str) -> str | None:
@@ -41,19 +43,47 @@ def qmark_form(connection: Any, sql: str) -> str | None:
     return FORMAT_QMARK_REGEX.sub("?", sql).replace("%%", "%")
 
 
-def statement_execute(cursor: Any, sql: str, qmark: str | None, params: list[Any]) -> None:
-    """Run `sql` with `params` on a Django cursor; `qmark`: its SQLite form (`qmark_form`).
+def statement_run(
+    connection: Any, sql: str, qmark: str | None, params: list[Any], result: Callable[[Any], T]
+) -> T:
+    """Run `sql` with `params` and return `result(cursor)`; `qmark`: its SQLite form
+    (`qmark_form`).
 
-    Django's SQLite cursor converts every statement's `%s` to `?` with a regular expression
-    (a tenth of the engine's database thread at 200 users, issue 15): a compiled statement
-    hands SQLite the form it made once, through Django's execute wrappers and its error
-    translation as any statement (`CursorWrapper._execute` otherwise); a cursor that logs its
-    queries (DEBUG, tests capturing them) runs as Django runs it."""
-    if qmark is not None and type(cursor) is CursorWrapper:
-        executor = functools.partial(_qmark_execute, cursor)
-        cursor._execute_with_wrappers(qmark, params, many=False, executor=executor)
-    else:
-        cursor.execute(sql, params)
+    Django's SQLite cursor converts every statement's `%s` to `?` with a regular expression (a
+    tenth of the engine's database thread at 200 users, issue 15), and Django makes, wraps and
+    closes a cursor per statement (~10 µs, as much as a short read's own work): on an open
+    SQLite connection a compiled statement hands SQLite the form it made once, on a cursor
+    kept for them (`_kept_cursor`), through Django's execute wrappers and its error
+    translation as any statement. `result` reads the whole answer (Python's sqlite3 then
+    resets the statement: nothing stays open on the kept cursor). A connection not open yet,
+    or one that logs its queries (DEBUG, tests capturing them), runs it as Django runs it."""
+    cursor = _kept_cursor(connection) if qmark is not None else None
+    if cursor is None:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return result(cursor)
+    executor = functools.partial(_qmark_execute, cursor)
+    cursor._execute_with_wrappers(qmark, params, many=False, executor=executor)
+    return result(cursor)
+
+
+def _kept_cursor(connection: Any) -> CursorWrapper | None:
+    """The cursor this thread keeps on `connection`'s open SQLite connection for compiled
+    statements, or None (not open yet, or its queries logged)."""
+    raw = connection.connection
+    if raw is None or connection.queries_logged:
+        return None
+    kept = connection.__dict__.get("_compiled_cursor")
+    thread = threading.get_ident()
+    if kept is None or kept[0] is not raw or kept[1] != thread:
+        kept = (raw, thread, connection.make_cursor(connection.create_cursor()))
+        connection._compiled_cursor = kept
+    return kept[2]
+
+
+FETCH_ALL = operator.methodcaller("fetchall")
+FETCH_ONE = operator.methodcaller("fetchone")
+ROW_COUNT = operator.attrgetter("rowcount")
 
 
 def _qmark_execute(cursor: CursorWrapper, sql: str, params: Any, *ignored_wrapper_args: Any):
@@ -119,10 +149,8 @@ class CompiledRead(_Compiled):
             return self._first(key, connection, args)
         if plan is _ORM:
             return [tuple(row) for row in self.build(*args)]
-        with connection.cursor() as cursor:
-            params = [*plan.head, *self.tail(connection, *args)]
-            statement_execute(cursor, plan.sql, plan.qmark, params)
-            rows = cursor.fetchall()
+        params = [*plan.head, *self.tail(connection, *args)]
+        rows = statement_run(connection, plan.sql, plan.qmark, params, FETCH_ALL)
         if not plan.converters:
             return [tuple(row) for row in rows]
         out = []
@@ -203,9 +231,7 @@ class CompiledUpdate(_Compiled):
             return queryset.update(**values)
         sql, qmark = plan
         with transaction.mark_for_rollback_on_error(using=connection.alias):
-            with connection.cursor() as cursor:
-                statement_execute(cursor, sql, qmark, self.tail(connection, *args))
-                return cursor.rowcount
+            return statement_run(connection, sql, qmark, self.tail(connection, *args), ROW_COUNT)
 
     def _plan(self, key: Hashable, connection: Any, queryset: QuerySet, values, args) -> None:
         query = queryset.query.chain(UpdateQuery)
@@ -256,14 +282,14 @@ class CompiledInsert:
         obj = self.model(**values)
         params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in self.fields]
         meta = self.model._meta
+
+        def new_pk(cursor: Any) -> Any:
+            if plan.returning:
+                return cursor.fetchone()[0]
+            return connection.ops.last_insert_id(cursor, meta.db_table, meta.pk.column)
+
         with transaction.mark_for_rollback_on_error(using=connection.alias):
-            with connection.cursor() as cursor:
-                statement_execute(cursor, plan.sql, plan.qmark, params)
-                obj.pk = (
-                    cursor.fetchone()[0]
-                    if plan.returning
-                    else connection.ops.last_insert_id(cursor, meta.db_table, meta.pk.column)
-                )
+            obj.pk = statement_run(connection, plan.sql, plan.qmark, params, new_pk)
         obj._state.adding, obj._state.db = False, connection.alias
         return obj
 

@@ -162,11 +162,12 @@ def _conversions(monkeypatch) -> list[str]:
 
 
 def test_compiled_statements_hand_sqlite_their_text_converted_once(sessions, monkeypatch):
-    """Django's SQLite cursor converts each statement's text with a regular expression; a
-    compiled statement's is converted with its plan. Execute wrappers still see every
+    """Django's SQLite cursor converts each statement's text with a regular expression, and
+    Django makes a cursor per statement; a compiled statement's text is converted with its
+    plan, and it runs on a cursor kept for them. Execute wrappers still see every
     statement, a database error is still Django's, and a cursor that logs its queries (DEBUG,
     a test capturing them) still logs them."""
-    from django.db import IntegrityError, connection
+    from django.db import IntegrityError, connection, connections
     from django.test.utils import CaptureQueriesContext
 
     first, second = sessions
@@ -191,6 +192,12 @@ def test_compiled_statements_hand_sqlite_their_text_converted_once(sessions, mon
     read.rows(first.pk, 1), update.run(first.pk, "one")
     insert.create(session_id=first.pk, turn=1, role="note", content="first")
     converted = _conversions(monkeypatch)
+    cursors = []
+    wrapper_class = type(connections["default"])
+    real_cursor = wrapper_class.create_cursor
+    monkeypatch.setattr(
+        wrapper_class, "create_cursor", lambda db, *a: cursors.append(1) or real_cursor(db, *a)
+    )
     seen: list[str] = []
 
     def wrapper(execute, sql, params, many, context):
@@ -198,12 +205,13 @@ def test_compiled_statements_hand_sqlite_their_text_converted_once(sessions, mon
         return execute(sql, params, many, context)
 
     expected = [tuple(r) for r in _query(second.pk, 1)]
-    converted.clear()  # the ORM's read just now
+    converted.clear(), cursors.clear()  # the ORM's read just now
     with connection.execute_wrapper(wrapper):
         assert read.rows(second.pk, 1) == expected
         assert update.run(second.pk, "two") == 1
         created = insert.create(session_id=first.pk, turn=1, role="tool", tool_call_id="r")
     assert converted == []
+    assert cursors == []  # the cursor the first statements made, kept for the later ones
     assert len(seen) == 3 and all("%s" not in sql for sql in seen)
     assert ChatSession.objects.get(pk=second.pk).title == "two"
     assert Message.objects.get(pk=created.pk).tool_call_id == "r"
@@ -212,3 +220,32 @@ def test_compiled_statements_hand_sqlite_their_text_converted_once(sessions, mon
     assert len(queries) == 1
     with pytest.raises(IntegrityError):  # one result per call, as Django reports it
         insert.create(session_id=first.pk, turn=1, role="tool", tool_call_id="r")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_kept_cursor_leaves_no_statement_open(sessions):
+    """Outside a transaction each compiled statement on the kept cursor ends with its answer
+    read: SQLite's implicit transaction is over (an `INSERT … RETURNING` left unfinished would
+    hold the database's one writer), and a read sees what another connection wrote since."""
+    import sqlite3
+
+    from django.db import connection
+
+    first, _ = sessions
+    insert = CompiledInsert(Message)
+    title = CompiledRead(
+        build=lambda pk: ChatSession.objects.filter(pk=pk).values_list("title"),
+        tail=lambda connection, pk: [db_value(ChatSession, "id", pk, connection)],
+    )
+    for content in ("orm", "kept", "kept again"):
+        insert.create(session_id=first.pk, turn=3, role="note", content=content)
+        assert not connection.connection.in_transaction
+    assert title.rows(first.pk) == title.rows(first.pk) == [("",)]
+    other = sqlite3.connect(connection.settings_dict["NAME"], timeout=0)
+    other.execute(
+        "UPDATE chat_chatsession SET title = 'other' WHERE id = ?",
+        [db_value(ChatSession, "id", first.pk, connection)],
+    )
+    other.commit()
+    other.close()
+    assert title.rows(first.pk) == [("other",)]
