@@ -303,8 +303,19 @@ async def _follow(prepared: PreparedTurn) -> AsyncIterator[bytes]:
         yield "".join(frames).encode()
 
 
+class _EventStream(StreamingHttpResponse):
+    """A turn's stream, its chunks handed to Django's handler as `_follow` yields them: they are
+    bytes already, and Django's own hands each part on through two async generators of its own
+    (`__aiter__`, `streaming_content`'s wrapper) and `make_bytes`, three Python calls a chunk.
+    The handler closes the stream as it closed Django's generators (`aclosing`), and
+    `streaming_content` is Django's."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._iterator
+
+
 def _stream_response(prepared: PreparedTurn) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(_follow(prepared), content_type="text/event-stream")
+    response = _EventStream(_follow(prepared), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

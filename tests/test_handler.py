@@ -12,6 +12,7 @@ import gc
 import inspect
 import json
 import re
+import sys
 import threading
 from http.cookies import SimpleCookie
 
@@ -403,6 +404,30 @@ async def test_a_streams_chunks_go_out_without_a_charset_lookup_each(held_turns,
     await _stream_end(app)
 
     assert looked_up == []
+
+
+async def test_a_streams_chunks_go_out_without_djangos_wrapping_generators(held_turns):
+    """Django's streamed response handed each part on through two async generators of its own
+    (`__aiter__` and `streaming_content`'s wrapper) and `make_bytes`: three Python calls a
+    chunk of every turn, for parts that are bytes already."""
+    _, token, session = await database_sync_to_async(someone)("alice")
+    app = await _stream_start(token, session)
+    calls = []
+
+    def count(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith("django/http/response.py"):
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(count)
+    try:
+        held_turns.set()
+        assert (await app.receive_output(10))["body"] == b"event: turn_end\ndata: {}\n\n"
+        assert (await app.receive_output(10)) == {"type": "http.response.body"}
+    finally:
+        sys.setprofile(None)
+    await app.wait(5)
+
+    assert calls == []
 
 
 async def test_a_receiver_of_the_apps_own_hears_each_request_begin_and_end_in_a_thread():
