@@ -29,7 +29,7 @@ from django.db import OperationalError
 
 from geosense import wire
 from geosense.annotations.selectors import annotation_overview
-from geosense.dbpool import in_db_thread, work_begin
+from geosense.dbpool import in_db_thread, work_advance, work_begin
 from tools import client as client_tools
 from tools.registry import (
     BackendTool,
@@ -626,6 +626,7 @@ class TurnRunner:
             )
             if outcome is CallOutcome.PAUSED:
                 return
+            work_advance()  # its next step's trips pass the first steps of other turns
         await self._emit_message(await in_thread(self._step_limit_store)())
 
     def _step_limit_store(self) -> int:

@@ -421,6 +421,44 @@ async def test_a_call_without_a_mark_waits_only_for_work_begun_before_it(monkeyp
     assert len(pool.ran) == 22
 
 
+async def test_a_turn_a_step_further_goes_before_older_turns_at_their_first(monkeypatch):
+    """Closest to its end first: a turn whose calls were answered (its next step's reads store a
+    client tool's result) passes the first steps of every turn, older ones included; among
+    turns as far along, the oldest first; a call without a mark counts as work at its start."""
+    pool = _Held(monkeypatch)
+    await pool.hold()
+    go = asyncio.Event()
+
+    async def turn(name: str, steps_taken: int) -> None:
+        dbpool.work_begin()
+        for _ in range(steps_taken):
+            dbpool.work_advance()
+        await go.wait()
+        await pool.note(name)
+
+    trips = [asyncio.ensure_future(turn("oldest, first step", 0))]
+    await asyncio.sleep(0)
+    trips.append(pool.note("registration"))
+    await asyncio.sleep(0)
+    trips += [
+        asyncio.ensure_future(turn(name, taken))
+        for name, taken in (("older, second step", 1), ("newer, third step", 2))
+    ]
+    await asyncio.sleep(0)
+    trips.append(asyncio.ensure_future(turn("newest, second step", 1)))
+    go.set()
+    await pool.queued(5)
+    await pool.release(*trips)
+
+    assert pool.ran == [
+        "newer, third step",
+        "older, second step",
+        "newest, second step",
+        "oldest, first step",
+        "registration",
+    ]
+
+
 async def test_a_cancelled_queued_call_is_passed_over_and_the_rest_keep_their_order(monkeypatch):
     pool = _Held(monkeypatch)
     await pool.hold()
