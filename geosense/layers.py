@@ -28,7 +28,7 @@ sockets (issue 15: 500 users connecting at once).
   raw body to Django, which parses what a view asks for within its own limits. Daphne's
   requests now skip that parse.
 - Daphne's every response message (an SSE stream's every chunk) looked up `http.Request` in
-  `twisted.web.http` through Twisted's deprecation proxy of that module (five Python calls, for
+  `twisted.web.http` through Twisted's deprecation proxy of that module (six Python calls, for
   a warning about `HTTPClient`, which Daphne never uses), and hashed its request twice through
   `WebRequest.__hash__`, a Python method for `hash(id(self))`. Daphne's module now holds the
   module itself, and its requests hash by identity in C (`object.__hash__`: equal requests are

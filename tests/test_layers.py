@@ -173,7 +173,7 @@ def test_a_frame_sent_makes_its_unwritten_debug_text_without_a_python_call():
 def test_a_response_message_through_daphne_takes_no_deprecation_proxy_or_python_hash():
     """Each chunk of a streamed answer went through Daphne's `Server.handle_reply`, which hashed
     the request twice by a Python `__hash__`, and `WebRequest.handle_reply`, which looked up
-    `http.Request` through Twisted's deprecation proxy of the module (five Python calls): 15
+    `http.Request` through Twisted's deprecation proxy of the module (six Python calls): 13
     Python calls in Daphne and Twisted a chunk, 5 now."""
     from daphne.http_protocol import WebRequest
     from daphne.server import Server
