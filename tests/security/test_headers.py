@@ -1,6 +1,7 @@
 """Issue 12, item 7: a strict Content-Security-Policy on every answer, no inline script, and
 deployment settings that `manage.py check --deploy` finds nothing to say about."""
 
+import asyncio
 import json
 import re
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
+from geosense.headers import SecurityHeadersMiddleware
 from tests.security.live import http
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,3 +111,36 @@ def test_check_deploy_is_clean_with_the_documented_production_variables(tmp_path
         assert "System check identified no issues" in done.stdout
     else:
         assert done.returncode != 0  # the check notices what is missing
+
+
+def test_the_headers_are_added_at_the_start_and_a_body_message_passes_as_it_is():
+    """The policy is added to the response's start only (the app's own header kept, ours not
+    doubled); each body message (an SSE stream's every chunk) goes on as the same object, its
+    one Python call the wrapper's own."""
+    sent: list = []
+    calls: list[str] = []
+    body = {"type": "http.response.body", "body": b"event: x\n\n", "more_body": True}
+
+    async def app(scope, receive, send):
+        start_headers = [(b"X-Content-Type-Options", b"nosniff"), (b"x-a", b"1")]
+        await send({"type": "http.response.start", "status": 200, "headers": start_headers})
+
+        def count(frame, event, arg):
+            if event == "call":
+                calls.append(frame.f_code.co_name)
+
+        sys.setprofile(count)
+        try:
+            await send(body)
+        finally:
+            sys.setprofile(None)
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(SecurityHeadersMiddleware(app)({"type": "http"}, None, send))
+
+    names = [name.lower() for name, _ in sent[0]["headers"]]
+    assert names == [b"x-content-type-options", b"x-a", b"content-security-policy"]
+    assert sent[1] is body
+    assert calls == ["send_with_headers", "send"]
