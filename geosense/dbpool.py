@@ -51,7 +51,9 @@ KEPT_CONNECTION_SECONDS = 60.0
 
 # The work (a turn) the trips made in this context belong to: how far it has come (0, then -1,
 # -2, … for each step it has taken: `work_advance`) and when it began (`work_begin`).
-_began: contextvars.ContextVar[tuple[int, float]] = contextvars.ContextVar("work_began")
+# None: no work (asgiref's `async_to_sync` copies a call's context back into its sync caller's,
+# so a mark can reach a context that is not a turn's; tests/test_dbpool.py clears it so).
+_began: contextvars.ContextVar[tuple[int, float] | None] = contextvars.ContextVar("work_began")
 
 
 def work_begin() -> None:
@@ -68,7 +70,7 @@ def work_advance() -> None:
     far, however old. Closest to its end first: a client tool's answer waited behind the first
     steps of the turns begun before its own (p99 ~520-580 → ~400-470 ms at 200 users, measured
     on a loaded machine), and a turn that ends lets go of its claim and its memory."""
-    stage, began = _began.get((0, time.monotonic()))
+    stage, began = _began.get(None) or (0, time.monotonic())
     _began.set((stage - 1, began))
 
 
