@@ -438,9 +438,6 @@ class TurnRunner:
     # A client call's result (`services.tool_result_store`'s arguments) that the turn's next
     # trip stores before anything else (`_deferred_store`): the next step's inputs, or the end.
     deferred: dict[str, Any] | None = None
-    # The claim was released with the turn's answer (`_step_store`): the end has nothing to do
-    # in the database.
-    released: bool = False
 
     @property
     def session_id(self) -> Any:
@@ -489,8 +486,7 @@ class TurnRunner:
         is done by the next turn's preparation, a release that fails is retried until it
         goes through (`_release_later`), and the listeners always hear the end."""
         try:
-            if not self.released:
-                await in_thread(self._repair_and_release)()
+            await in_thread(self._repair_and_release)()
         except OperationalError as exc:
             logger.warning("turn %s#%s: release retried: %s", self.session_id, self.turn, exc)
             _release_later(self.session_id)
@@ -701,20 +697,8 @@ class TurnRunner:
             else [],
         )
         if not calls:
-            shown = selectors.message_fresh_serialize(message)
-            self._answer_release()
-            return _StepStored(message=message, shown=shown)
+            return _StepStored(message=message, shown=selectors.message_fresh_serialize(message))
         return _StepStored(message=message, shown=None)
-
-    def _answer_release(self) -> None:
-        """The turn's answer is stored and it has no call: the claim is released in the same
-        trip (the end's trip is spared; a release the database refuses is the end's to retry)."""
-        try:
-            services.session_release(session_id=self.session_id)
-        except OperationalError as exc:
-            logger.warning("turn %s#%s: release retried: %s", self.session_id, self.turn, exc)
-            return
-        self.settled = self.released = True
 
     def _usages_record(self, usages: list[Usage]) -> None:
         for reported in usages:

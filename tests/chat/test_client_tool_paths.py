@@ -11,7 +11,7 @@ import pytest
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
-from chat import processes, selectors, services, turns
+from chat import events, processes, selectors, services, turns
 from chat.models import ClientToolRegistration, Message, ServerProcess
 from tests.chat.test_consumer_turns import (
     frames_until,
@@ -243,13 +243,44 @@ def trips_named(monkeypatch) -> list[str]:
     return names
 
 
+async def test_a_new_message_is_refused_until_the_turn_has_ended(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """The claim is the turn's until its `turn_end`: released with the answer's store, a new
+    message prepared while the answer's events went out was taken (turn 2) while the first
+    turn's stream was still open, its progress and `turn_end` mixed with the new turn's, and a
+    Stop then wrote its note after a complete answer with the session no longer the turn's."""
+    openai_agent.reply_text("Complete answer.")
+    seen: list[str] = []
+    real_emit = events.EventSink.emit
+
+    async def emit(sink, event):
+        await real_emit(sink, event)
+        if event.event == "message":
+            try:
+                await turns.turn_prepare(
+                    session_id=trusted_caller.session.pk,
+                    user=trusted_caller.user,
+                    request=turns.NewMessage("again"),
+                )
+            except services.SessionBusy:
+                seen.append("busy")
+            else:
+                seen.append("taken")
+
+    monkeypatch.setattr(events.EventSink, "emit", emit)
+    out = await start_turn(client, trusted_caller, "hello")
+    assert out.names()[-1] == "turn_end"
+    assert seen == ["busy"]
+
+
 async def test_a_served_calls_result_is_stored_by_the_trip_of_the_next_steps_reads(
     client, trusted_caller, openai_agent, monkeypatch
 ):
     """A served call's round trip waits for the engine's database thread once: its result is
     stored by the trip that reads the next step's inputs, not by one of its own (under load
     each trip waits behind every other turn's, issue 15: two waits were ~480 ms of the round
-    trip at 200 users); and the turn's answer releases the claim in its own trip."""
+    trip at 200 users)."""
     trips = trips_named(monkeypatch)
     openai_agent.reply_tool_calls([("c1", "location_get", {})])
     openai_agent.reply_text("You are near the park.")
@@ -268,7 +299,7 @@ async def test_a_served_calls_result_is_stored_by_the_trip_of_the_next_steps_rea
     await ws.disconnect()
     assert out.names()[-1] == "turn_end"
     # It was tool_result_store, _step_inputs, _step_store, _repair_and_release.
-    assert trips[before_answer:] == ["_step_inputs", "_step_store"]
+    assert trips[before_answer:] == ["_step_inputs", "_step_store", "_repair_and_release"]
     assert json.loads(last_tool_result(openai_agent, 1)) == {"status": "GRANTED"}
     session = await type(trusted_caller.session).objects.aget(pk=trusted_caller.session.pk)
     assert session.turn_state == "idle"
