@@ -59,8 +59,7 @@ _began: contextvars.ContextVar[tuple[int, float] | None] = contextvars.ContextVa
 def work_begin() -> None:
     """The trips made in this context from now on belong to work that begins now (a turn, as
     its request prepares it: the turn's task, and the tasks that task starts, inherit the
-    mark): each pool runs them before the trips of work begun later, and before the trips
-    without a mark submitted later."""
+    mark): each pool runs them before the trips of work begun later."""
     _began.set((0, time.monotonic()))
 
 
@@ -74,6 +73,9 @@ def work_advance() -> None:
     _began.set((stage - 1, began))
 
 
+# The stage of a call without a mark: ahead of every turn's (see `_Pool`).
+_UNMARKED = -(2**31)
+
 # A thread that takes this from its pool's wake-ups ends (`_Pool.shutdown`).
 _STOP = object()
 
@@ -83,19 +85,22 @@ class _Pool:
     calls submitted to them oldest work first.
 
     A call's mark is how far the work it belongs to has come and when that work began
-    (`work_begin`, `work_advance`: every trip of a turn carries the turn's start and its step),
-    else the time it was submitted (as work at its start). A free thread takes the queued call
-    of the work furthest along, the oldest among equals, the first submitted among equal marks. In the order calls came,
-    at 200 users each of a turn's ~8 trips waited behind ~196 others (~240 ms a trip, so ~480
-    ms a client tool's round trip): now a running turn's trips pass those of every turn begun
-    after it, and the wait gathers at new turns' first trips (the tool's round trip p50 ~550 →
-    ~135 ms, p99 ~950 → ~510 ms; docs/benchmarks.md).
-    A call without a mark (a socket's registration, a request's token check) waits only for
-    work begun before it was submitted: however many turns begin after it, none of theirs goes
-    first (a turn begun later comes a step further only once its first trips, queued behind the
-    call, have run), so it is never starved. Only calls queued at the same time change order: a call its
-    caller awaited has ended before anything that caller does next, and one context's calls
-    (a turn's) keep their order.
+    (`work_begin`, `work_advance`: every trip of a turn carries the turn's start and its step).
+    A free thread takes the queued call of the work furthest along, the oldest among equals,
+    the first submitted among equal marks. In the order calls came, at 200 users each of a
+    turn's ~8 trips waited behind ~196 others (~240 ms a trip, so ~480 ms a client tool's round
+    trip): now a running turn's trips pass those of every turn begun after it, and the wait
+    gathers at new turns' first trips (the tool's round trip p50 ~550 → ~135 ms, p99 ~950 →
+    ~510 ms; docs/benchmarks.md).
+    A call without a mark goes before every turn's, in the order submitted: it is what a person
+    waits on before a turn of theirs can begin or end (a socket's authentication, `session-bind`,
+    a tool registration, a Stop), one short trip each, and a socket handles its frames one at a
+    time. Ordered as work begun when it was submitted, it waited for every trip of every turn
+    begun before it, the whole drain of the running turns at saturation (a new message's
+    preparation, in that place, waited ~2.9 s at p50 at 200 users): a tab's socket connecting,
+    or every socket after a Redis outage, would have waited seconds a frame.
+    Only calls queued at the same time change order: a call its caller awaited has ended before
+    anything that caller does next, and one context's calls (a turn's) keep their order.
 
     Leaner than the `ThreadPoolExecutor` it replaces, whose `submit` was ~13 % of the event
     loop's samples at 200 users (a Future with its Condition and RLock, a work item, the idle
@@ -141,7 +146,11 @@ class _Pool:
         with self._lock:
             heapq.heappush(
                 self._calls,
-                ((0, time.monotonic()) if mark is None else mark, next(self._sequence), call),
+                (
+                    (_UNMARKED, time.monotonic()) if mark is None else mark,
+                    next(self._sequence),
+                    call,
+                ),
             )
             self._queued += 1
             threads = len(self._threads)

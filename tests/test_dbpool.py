@@ -392,8 +392,8 @@ async def _turn(pool: _Held, *names: str, go: asyncio.Event) -> None:
 
 
 async def test_a_free_thread_takes_the_call_of_the_oldest_work_first(monkeypatch):
-    """A turn's trips carry its start, a call without a mark the time it was submitted: the
-    queue runs in that order, not in the order calls came (at 200 users a running turn's every
+    """A turn's trips carry its start: the queue runs them in that order, not in the order calls
+    came, and a call without a mark goes first, in the order submitted (at 200 users a running turn's every
     trip waited behind ~196 others, newer turns' included)."""
     pool = _Held(monkeypatch)
     await pool.hold()
@@ -410,12 +410,13 @@ async def test_a_free_thread_takes_the_call_of_the_oldest_work_first(monkeypatch
     await pool.queued(5)
     await pool.release(early, older, newer, late)
 
-    assert pool.ran == ["early", "older 1", "older 2", "newer", "late"]
+    assert pool.ran == ["early", "late", "older 1", "older 2", "newer"]
 
 
-async def test_a_call_without_a_mark_waits_only_for_work_begun_before_it(monkeypatch):
-    """A socket's registration, a request's checks (no turn, no mark) is ordered by the time it
-    was submitted among the turns' starts: however many turns begin after it, none passes it."""
+async def test_a_call_without_a_mark_waits_for_no_turn(monkeypatch):
+    """A socket's registration, a Stop (no turn, no mark) goes before every turn's trips, older
+    ones included: ordered by the time it was submitted, it waited for the drain of every turn
+    begun before it (review M0: seconds at 200 users)."""
     pool = _Held(monkeypatch)
     await pool.hold()
     go = asyncio.Event()
@@ -428,14 +429,14 @@ async def test_a_call_without_a_mark_waits_only_for_work_begun_before_it(monkeyp
     await pool.queued(22)
     await pool.release(registration, *turns)
 
-    assert pool.ran[:2] == ["before", "registration"]
+    assert pool.ran[:2] == ["registration", "before"]
     assert len(pool.ran) == 22
 
 
 async def test_a_turn_a_step_further_goes_before_older_turns_at_their_first(monkeypatch):
     """Closest to its end first: a turn whose calls were answered (its next step's reads store a
     client tool's result) passes the first steps of every turn, older ones included; among
-    turns as far along, the oldest first; a call without a mark counts as work at its start."""
+    turns as far along, the oldest first; a call without a mark before all."""
     pool = _Held(monkeypatch)
     await pool.hold()
     go = asyncio.Event()
@@ -462,11 +463,11 @@ async def test_a_turn_a_step_further_goes_before_older_turns_at_their_first(monk
     await pool.release(*trips)
 
     assert pool.ran == [
+        "registration",
         "newer, third step",
         "older, second step",
         "newest, second step",
         "oldest, first step",
-        "registration",
     ]
 
 
@@ -485,7 +486,7 @@ async def test_a_cancelled_queued_call_is_passed_over_and_the_rest_keep_their_or
     assert pool.pool.queued == 3
     await pool.release(first, last, newer)
 
-    assert pool.ran == ["newer", "first", "last"]
+    assert pool.ran == ["first", "last", "newer"]
     assert pool.pool.queued == 0
 
 
