@@ -44,15 +44,6 @@ from geosense.dbpool import sqlite_wal_keep  # noqa: E402
 
 sqlite_wal_keep()
 
-from geosense.annotations.spatial import spatial_backend  # noqa: E402
-
-# With PostGIS no process builds the index: the database answers (annotations/spatial.py).
-if settings.GEOSENSE_INDEX_WARM and spatial_backend() == "index":
-    from geosense.annotations.index import spatial_index_warm
-    from geosense.annotations.tiles import tiles_warm
-
-    spatial_index_warm(also=tiles_warm)
-
 from django.urls import get_resolver  # noqa: E402
 
 from chat.agents import agent_code_import  # noqa: E402
@@ -98,6 +89,16 @@ _close_agents_at_shutdown()
 # What start-up made (modules, classes, Django's registries, the URLconf, ~110,000 objects) lives
 # as long as the process, yet every full collection walked it: at 200 users about half of the
 # collector's work, pauses of the whole process up to ~250 ms of CPU. Frozen, a collection walks
-# only what serving made.
+# only what serving made. Before the index's warm-up starts: what its thread builds is the
+# collector's to walk (a rebuilt index leaves the old one to it).
 gc.collect()
 gc.freeze()
+
+from geosense.annotations.spatial import spatial_backend  # noqa: E402
+
+# With PostGIS no process builds the index: the database answers (annotations/spatial.py).
+if settings.GEOSENSE_INDEX_WARM and spatial_backend() == "index":
+    from geosense.annotations.index import spatial_index_warm
+    from geosense.annotations.tiles import tiles_warm
+
+    spatial_index_warm(also=tiles_warm)
