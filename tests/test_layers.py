@@ -167,6 +167,8 @@ def test_a_frame_sent_makes_its_unwritten_debug_text_without_a_python_call():
     assert transport.value().endswith(b'{"type": "event"}')
     assert calls == []
     deferred = autobahn_protocol.hlval(42, color="green")
+    assert not isinstance(deferred, str), "autobahn's own hlval ran (inspect, click.style)"
+    assert not isinstance(autobahn_protocol.hltype(protocol.sendMessage), str)
     assert str(deferred) == f"{deferred}" == str(util.hlval(42, color="green"))
 
 
