@@ -25,7 +25,7 @@ from chat import outage, selectors, services
 from chat.events import session_group, session_socket_attach, session_socket_detach
 from chat.models import ChatSession
 from geosense import wire
-from geosense.dbpool import in_db_thread
+from geosense.dbpool import in_db_thread, in_request_thread
 from geosense.throttle import TokenBucket
 from tools.client import (
     CLIENT_ERROR_MAX_CHARS,
@@ -91,13 +91,16 @@ async def _bounds_problem(value: object, *, size: int) -> str | None:
         return "the answer could not be measured in time"
 
 
-# The socket's ORM work runs on the database pool (`geosense.dbpool`), as the turn engine's
-# does: on Channels' `database_sync_to_async` thread, 500 sockets connecting at once queued one
-# behind the other, each call opening and closing its own connection (issue 15).
+# The socket's ORM work runs on the database pools (`geosense.dbpool`): on Channels'
+# `database_sync_to_async` thread, 500 sockets connecting at once queued one behind the other,
+# each call opening and closing its own connection (issue 15). Its read of the session it binds
+# goes to the requests' pool, as a request's reads do (on the engine's it queued behind the
+# turns' trips); its registrations, writes, to the engine's, where they take turns with the
+# turns' trips (`dbpool._Pool`).
 
 
 async def _session_of_user(*, user, session: object) -> ChatSession | None:
-    return await in_db_thread(selectors.session_of_user)(session_id=str(session), user=user)
+    return await in_request_thread(selectors.session_of_user)(session_id=str(session), user=user)
 
 
 async def _register(*, channel_name: str, session_id, tools: list[ClientTool]) -> None:

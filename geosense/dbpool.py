@@ -27,6 +27,7 @@ turns nor keeps a connection, hence a thread, in the request (geosense/handler.p
 
 import asyncio
 import atexit
+import collections
 import contextvars
 import heapq
 import itertools
@@ -73,9 +74,6 @@ def work_advance() -> None:
     _began.set((stage - 1, began))
 
 
-# The stage of a call without a mark: ahead of every turn's (see `_Pool`).
-_UNMARKED = -(2**31)
-
 # A thread that takes this from its pool's wake-ups ends (`_Pool.shutdown`).
 _STOP = object()
 
@@ -92,20 +90,22 @@ class _Pool:
     trip): now a running turn's trips pass those of every turn begun after it, and the wait
     gathers at new turns' first trips (the tool's round trip p50 ~550 → ~135 ms, p99 ~950 →
     ~510 ms; docs/benchmarks.md).
-    A call without a mark goes before every turn's, in the order submitted: it is what a person
-    waits on before a turn of theirs can begin or end (a socket's authentication, `session-bind`,
-    a tool registration, a Stop), one short trip each, and a socket handles its frames one at a
-    time. Ordered as work begun when it was submitted, it waited for every trip of every turn
-    begun before it, the whole drain of the running turns at saturation (a new message's
-    preparation, in that place, waited ~2.9 s at p50 at 200 users): a tab's socket connecting,
-    or every socket after a Redis outage, would have waited seconds a frame.
+    Calls without a mark (a socket's tool registration, a Stop: what a person waits on before a
+    turn of theirs can begin or end) queue apart, in the order submitted, and take turns with
+    the marked ones while both wait: such a call waits for one turn's trip per call queued
+    before it, and a flood of them (anyone can send frames) at most halves the turns' share of
+    the pool. Ordered as work begun when it was submitted, it waited for every trip of every
+    turn begun before it, the whole drain of the running turns at saturation (a new message's
+    preparation, in that place, waited ~2.9 s at p50 at 200 users); put before every turn's,
+    a flood of them stopped every turn while it lasted (review of session 27, H1 and M3).
     Only calls queued at the same time change order: a call its caller awaited has ended before
     anything that caller does next, and one context's calls (a turn's) keep their order.
 
     Leaner than the `ThreadPoolExecutor` it replaces, whose `submit` was ~13 % of the event
     loop's samples at 200 users (a Future with its Condition and RLock, a work item, the idle
-    semaphore, the thread count): a call is a list `[function, args]` in a heap, a lock guards
-    the heap and the counts, and a `SimpleQueue` carries one wake-up per call to the threads.
+    semaphore, the thread count): a call is a list `[function, args]` in a heap (or the
+    unmarked calls' deque), a lock guards them and the counts, and a `SimpleQueue` carries one
+    wake-up per call to the threads.
     A thread that takes a call empties its list, `cancel` empties a queued one: under the lock,
     whichever comes first decides whether the call runs, and the call leaves the count of
     queued calls once. A cancelled call's entry is dropped when its wake-up comes.
@@ -117,9 +117,9 @@ class _Pool:
         self.max_workers = max_workers
         # Each thread keeps a fit connection even when no call waits (see `request_pool`).
         self.keep_idle = keep_idle
-        self._calls: list[
-            tuple[tuple[int, float], int, list]
-        ] = []  # a heap of (mark, sequence, call)
+        self._calls: list[tuple[tuple[int, float], int, list]] = []  # (mark, sequence, call)
+        self._unmarked: collections.deque[list] = collections.deque()
+        self._unmarked_last = False  # the last call taken was an unmarked one
         self._sequence = itertools.count()
         self._wake: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -144,14 +144,10 @@ class _Pool:
         mark = _began.get(None)
         call = [fn, args]
         with self._lock:
-            heapq.heappush(
-                self._calls,
-                (
-                    (_UNMARKED, time.monotonic()) if mark is None else mark,
-                    next(self._sequence),
-                    call,
-                ),
-            )
+            if mark is None:
+                self._unmarked.append(call)
+            else:
+                heapq.heappush(self._calls, (mark, next(self._sequence), call))
             self._queued += 1
             threads = len(self._threads)
             if self._queued > threads - self._busy and threads < self.max_workers:
@@ -173,9 +169,11 @@ class _Pool:
     def _work(self) -> None:
         while self._wake.get() is not _STOP:
             with self._lock:
-                call = heapq.heappop(self._calls)[2]
+                unmarked = bool(self._unmarked) and not (self._unmarked_last and self._calls)
+                call = self._unmarked.popleft() if unmarked else heapq.heappop(self._calls)[2]
                 if not call:  # cancelled while queued
                     continue
+                self._unmarked_last = unmarked
                 fn, args = call
                 call.clear()
                 self._queued -= 1

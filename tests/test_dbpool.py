@@ -393,7 +393,7 @@ async def _turn(pool: _Held, *names: str, go: asyncio.Event) -> None:
 
 async def test_a_free_thread_takes_the_call_of_the_oldest_work_first(monkeypatch):
     """A turn's trips carry its start: the queue runs them in that order, not in the order calls
-    came, and a call without a mark goes first, in the order submitted (at 200 users a running turn's every
+    came, and calls without a mark, in the order submitted, take turns with them (at 200 users a running turn's every
     trip waited behind ~196 others, newer turns' included)."""
     pool = _Held(monkeypatch)
     await pool.hold()
@@ -410,27 +410,38 @@ async def test_a_free_thread_takes_the_call_of_the_oldest_work_first(monkeypatch
     await pool.queued(5)
     await pool.release(early, older, newer, late)
 
-    assert pool.ran == ["early", "late", "older 1", "older 2", "newer"]
+    # The holder's call had no mark: a turn's goes next.
+    assert pool.ran == ["older 1", "early", "older 2", "late", "newer"]
 
 
-async def test_a_call_without_a_mark_waits_for_no_turn(monkeypatch):
-    """A socket's registration, a Stop (no turn, no mark) goes before every turn's trips, older
-    ones included: ordered by the time it was submitted, it waited for the drain of every turn
-    begun before it (review M0: seconds at 200 users)."""
+async def test_calls_without_a_mark_take_turns_with_the_turns_trips(monkeypatch):
+    """A socket's registration, a Stop (no turn, no mark) waits for one turn's trip per call
+    queued before it, not for the drain of every turn begun before it (review H1: seconds at
+    200 users), and a flood of them takes every other trip, not all (review M3: a turn's trips
+    waited out the flood)."""
     pool = _Held(monkeypatch)
     await pool.hold()
     go = asyncio.Event()
-    turns = [asyncio.ensure_future(_turn(pool, "before", go=go))]
+    turns = [asyncio.ensure_future(_turn(pool, "before 1", "before 2", "before 3", go=go))]
     await asyncio.sleep(0)
-    registration = pool.note("registration")
-    await asyncio.sleep(0)
-    turns += [asyncio.ensure_future(_turn(pool, f"after {i}", go=go)) for i in range(20)]
     go.set()
-    await pool.queued(22)
-    await pool.release(registration, *turns)
+    await pool.queued(3)
+    flood = [pool.note(f"frame {i}") for i in range(4)]
+    turns += [asyncio.ensure_future(_turn(pool, "after", go=go))]
+    await pool.queued(8)
+    await pool.release(*flood, *turns)
 
-    assert pool.ran[:2] == ["registration", "before"]
-    assert len(pool.ran) == 22
+    # The holder's call had no mark: a turn's goes next.
+    assert pool.ran == [
+        "before 1",
+        "frame 0",
+        "before 2",
+        "frame 1",
+        "before 3",
+        "frame 2",
+        "after",
+        "frame 3",
+    ]
 
 
 async def test_a_turn_a_step_further_goes_before_older_turns_at_their_first(monkeypatch):
@@ -463,8 +474,8 @@ async def test_a_turn_a_step_further_goes_before_older_turns_at_their_first(monk
     await pool.release(*trips)
 
     assert pool.ran == [
-        "registration",
         "newer, third step",
+        "registration",
         "older, second step",
         "newest, second step",
         "oldest, first step",
@@ -486,7 +497,7 @@ async def test_a_cancelled_queued_call_is_passed_over_and_the_rest_keep_their_or
     assert pool.pool.queued == 3
     await pool.release(first, last, newer)
 
-    assert pool.ran == ["first", "last", "newer"]
+    assert pool.ran == ["newer", "first", "last"]
     assert pool.pool.queued == 0
 
 

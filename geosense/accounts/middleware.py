@@ -20,7 +20,7 @@ from django.http.request import split_domain_port, validate_host
 from django.utils.decorators import sync_and_async_middleware
 from django.utils.http import is_same_domain
 
-from geosense.dbpool import in_db_thread, in_request_thread
+from geosense.dbpool import in_request_thread
 from geosense.handler import request_resolved
 
 from .first_read import first_read_keep, first_read_make, first_read_planned
@@ -120,18 +120,20 @@ def BearerTokenMiddleware(get_response):
 
 class _PoolAuthMiddleware(AuthMiddleware):
     """Channels' session authentication (the session row, then its user, checked against the
-    session's hash) in one trip to the database pool instead of Channels' single
+    session's hash) in one trip to the requests' pool instead of Channels' single
     `database_sync_to_async` thread, where every socket's calls queued one behind the other,
-    each opening and closing its own connection."""
+    each opening and closing its own connection. Not the engine's pool: there a handshake
+    queued behind the turns' trips (seconds at 200 users, past Daphne's 5 s handshake time-out
+    at 500), and a flood of upgrades (anyone can send them) held the turns back."""
 
     async def resolve_scope(self, scope):
-        scope["user"]._wrapped = await in_db_thread(channels_get_user.func)(scope)
+        scope["user"]._wrapped = await in_request_thread(channels_get_user.func)(scope)
 
 
 class SocketAuthMiddleware:
     """Channels middleware: who a socket is, before its handshake is answered.
 
-    A bearer token on the upgrade request decides alone (one trip to the database pool: the
+    A bearer token on the upgrade request decides alone (one trip to the requests' pool: the
     token with its user); without one, the session cookie does (`_PoolAuthMiddleware`, one
     trip). Sets `scope["auth_by_token"]` so the origin check applies to cookie sockets only,
     and `scope["api_token"]` (id and expiry) so the socket closes when the token is revoked or
@@ -147,7 +149,7 @@ class SocketAuthMiddleware:
         raw = _bearer(headers.get(b"authorization", b"").decode("latin-1"))
         if raw is None:
             return await self.by_cookie(scope, receive, send)
-        token = await in_db_thread(api_token_authenticate)(raw=raw)
+        token = await in_request_thread(api_token_authenticate)(raw=raw)
         scope = dict(
             scope,
             user=token.user if token else AnonymousUser(),
