@@ -125,9 +125,9 @@ def _served_calls_timed() -> None:
         finally:
             last[0] = time.perf_counter() - started
 
-    async def timed_handle(self: Any, *args: Any) -> Any:
+    async def timed_handle(self: Any, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter()
-        outcome = await handle(self, *args)
+        outcome = await handle(self, *args, **kwargs)
         _served.append((time.perf_counter() - started, last[0]))
         return outcome
 
