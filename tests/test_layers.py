@@ -9,6 +9,7 @@ from twisted.internet import abstract, tcp
 from twisted.web import http
 
 import geosense.asgi  # noqa: F401  (the process's set-up, as Daphne imports it)
+from tests.autobahn_socket import socket_opened
 
 
 @contextmanager
@@ -149,19 +150,9 @@ def test_a_frame_sent_makes_its_unwritten_debug_text_without_a_python_call():
     line that is not written: each deferred text took two Python calls (a function and an
     `__init__`); it is a `functools.partial`, made in C, formatted only if written."""
     from autobahn import util
-    from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
     from autobahn.websocket import protocol as autobahn_protocol
-    from twisted.internet.testing import StringTransport
 
-    factory = WebSocketServerFactory()
-    factory.protocol = WebSocketServerProtocol
-    protocol = factory.buildProtocol(("127.0.0.1", 1))
-    transport = StringTransport()
-    protocol.makeConnection(transport)
-    protocol.dataReceived(
-        b"GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    )
+    protocol, transport = socket_opened()
     calls = _layers_calls(lambda: protocol.sendMessage(b'{"type": "event"}'))
 
     assert transport.value().endswith(b'{"type": "event"}')

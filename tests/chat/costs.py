@@ -4,6 +4,7 @@
 and, apart, the requests'), SQL statements and the ORM's compiles of a statement, on any
 thread, while a `Costs` lives (the patches go with the test's monkeypatch)."""
 
+import sys
 import threading
 
 from asgiref.sync import SyncToAsync
@@ -69,3 +70,21 @@ class Costs:
     def snapshot(self) -> tuple[int, int, int]:
         """Hops, trips and statements so far."""
         return self.hops, self.trips, len(self.statements)
+
+
+async def python_calls(awaitable, *, builtins: bool = False) -> int:
+    """The Python calls made on this thread while `awaitable` runs (and the calls of builtins,
+    with `builtins`)."""
+    counted = ("call", "c_call") if builtins else ("call",)
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        calls += event in counted
+
+    sys.setprofile(count)
+    try:
+        await awaitable
+    finally:
+        sys.setprofile(None)
+    return calls

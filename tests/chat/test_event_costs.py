@@ -3,31 +3,15 @@ a turn emits ~6 events): handed to the turn's SSE stream and to a socket of the 
 in this process, counted in Python calls, so that a change that adds work per event shows."""
 
 import json
-import sys
 
 import pytest
 
 from chat.events import EventSink
 from geosense import wire
+from tests.chat.costs import python_calls
 from tests.chat.test_consumer_turns import tab
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
-
-
-async def _python_calls(awaitable) -> int:
-    """The Python calls (and calls of builtins) made on this thread while `awaitable` runs."""
-    calls = 0
-
-    def count(frame, event, arg):
-        nonlocal calls
-        calls += event in ("call", "c_call")
-
-    sys.setprofile(count)
-    try:
-        await awaitable
-    finally:
-        sys.setprofile(None)
-    return calls
 
 
 async def test_an_event_costs_the_loop_few_python_calls_for_its_stream_and_socket(caller):
@@ -43,7 +27,7 @@ async def test_an_event_costs_the_loop_few_python_calls_for_its_stream_and_socke
         await sink.emit(wire.text_delta("There are twelve trees."))
         wire.sse_frame(streamed[-1])
 
-    calls = min([await _python_calls(one()) for _ in range(5)])
+    calls = min([await python_calls(one(), builtins=True) for _ in range(5)])
     await sink.emit(wire.turn_end())
     frames = [await ws.receive_json_from() for _ in range(7)]
     await ws.disconnect()

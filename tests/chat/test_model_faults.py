@@ -5,7 +5,6 @@ shares one client, with a long conversation's body serialised off the event loop
 
 import asyncio
 import json
-import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from aiohttp import web
 from chat.agents import AgentContext, AgentError, agent_configured, agents_close
 from chat.agents import openai as openai_agent_module
 from chat.models import ChatSession, Message
+from tests.chat.costs import python_calls
 from tests.chat.helpers import post_stream
 from tests.fakes.fake_openai import Pause, Text
 
@@ -169,7 +169,7 @@ async def test_a_model_request_costs_the_same_however_many_connections_the_pool_
     agent = agent_configured()
 
     async def calls_of_one_request() -> int:
-        return await _python_calls(_answer(agent))
+        return await python_calls(_answer(agent))
 
     async def connections_kept(n: int) -> None:
         """`n` requests at once, opened ten at a time (the fake's listen backlog is 5)."""
@@ -191,7 +191,7 @@ async def test_a_model_request_costs_the_same_however_many_connections_the_pool_
     assert with_many < with_two + 250, (with_two, with_many)
 
 
-async def test_a_streamed_request_costs_the_loop_a_few_hundred_python_calls(openai_agent):
+async def test_a_streamed_request_costs_the_loop_a_few_hundredpython_calls(openai_agent):
     """The openai SDK's request building (its options models, httpx's request, header and URL
     objects, its transport adapter and decoding layers) took ~1,700 Python calls a request;
     aiohttp alone with the agent's own SSE framing takes ~320 (issue 15: the loop's CPU
@@ -199,7 +199,7 @@ async def test_a_streamed_request_costs_the_loop_a_few_hundred_python_calls(open
     agent = agent_configured()
     await _answer(agent)  # the connection, the client: what every later request finds
 
-    calls = min([await _python_calls(_answer(agent)) for _ in range(5)])
+    calls = min([await python_calls(_answer(agent)) for _ in range(5)])
 
     assert calls < 450, calls
 
@@ -317,22 +317,6 @@ async def _answer(agent, *, history=None) -> str:
     async for item in agent.stream(history=history, tools=[], context=AgentContext()):
         text += getattr(item, "text", "")
     return text
-
-
-async def _python_calls(awaitable) -> int:
-    """The Python calls made on this thread while `awaitable` runs."""
-    calls = 0
-
-    def count(frame, event, arg):
-        nonlocal calls
-        calls += event == "call"
-
-    sys.setprofile(count)
-    try:
-        await awaitable
-    finally:
-        sys.setprofile(None)
-    return calls
 
 
 async def _three_turns(client, caller, openai_agent) -> list:

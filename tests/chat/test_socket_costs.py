@@ -17,6 +17,7 @@ from chat.models import ChatSession
 from geosense.accounts.services import api_token_create
 from geosense.asgi import application
 from geosense.dbpool import in_db_thread
+from tests.autobahn_socket import socket_opened
 from tests.chat.costs import Costs
 from tests.client_tools import LOCATION
 
@@ -234,22 +235,12 @@ async def test_a_frame_sent_or_received_builds_no_debug_text(monkeypatch):
     """autobahn named the method and coloured the values of a debug line (not written) for
     every frame it sent or received: `inspect` and `click.style`, ~10 µs a frame."""
     from autobahn import util
-    from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol
-    from twisted.internet.testing import StringTransport
 
     import geosense.asgi  # noqa: F401  (the process's set-up, as Daphne imports it)
 
     styled = []
     monkeypatch.setattr(util, "hl", lambda text, **style: styled.append(text) or str(text))
-    factory = WebSocketServerFactory()
-    factory.protocol = WebSocketServerProtocol
-    protocol = factory.buildProtocol(("127.0.0.1", 1))
-    transport = StringTransport()
-    protocol.makeConnection(transport)
-    protocol.dataReceived(
-        b"GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    )
+    protocol, transport = socket_opened()
     assert protocol.state == protocol.STATE_OPEN
     received = []
     protocol.onMessage = lambda payload, binary: received.append(payload)
