@@ -41,13 +41,7 @@ import aiohttp
 import orjson
 
 from .base import AgentChunk, AgentContext, AgentError
-from .wire import (
-    ChunkParser,
-    SseData,
-    SseDecoder,
-    SseError,
-    Usage,
-)
+from .wire import ChunkParser, SseDecoder, SseEvent, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -493,7 +487,7 @@ class _EventReader:
         self._started = False
         self._ended = False
 
-    async def read(self) -> list[SseData | SseError] | None:
+    async def read(self) -> list[SseEvent] | None:
         if self._ended:
             return None
         content = self._content

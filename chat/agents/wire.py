@@ -32,6 +32,7 @@ THINKING_FLUSH_CHARS = 2000
 _LEGACY_FUNCTION_INDEX = -1  # `delta.function_call` of the deprecated functions API
 _PARAGRAPH_RE = re.compile(r"\n[ \t]*\n")
 _LINE_END_RE = re.compile("\r\n|\r|\n")
+_utf8_decode = codecs.utf_8_decode
 # The longest line, and the most data of one event, a stream may send (a tool call's arguments
 # arrive in one event from some servers: 16 Mi characters leaves them room and bounds memory).
 EVENT_LIMIT_CHARS = 16 * 1024 * 1024
@@ -42,17 +43,16 @@ StreamItem = TextDelta | Thinking | ToolCallRequest | Usage
 
 # --- Server-Sent Events ----------------------------------------------------------------------
 @dataclass(frozen=True)
-class SseData:
-    """The data of one event (JSON text for a chunk, or `[DONE]`)."""
-
-    data: str
-
-
-@dataclass(frozen=True)
 class SseError:
     """A non-standard `error:` field (llama.cpp through 2025): the server's error as JSON text."""
 
     error: str
+
+
+# An event: its data (JSON text for a chunk, or `[DONE]`) as a plain string, or an `SseError`.
+# A data event is the string itself, not an object around it: a stream's every chunk is one,
+# and an object's constructor is a Python call per chunk on the event loop (issue 15).
+SseEvent = str | SseError
 
 
 def _lines_of(text: str) -> list[str]:
@@ -60,7 +60,7 @@ def _lines_of(text: str) -> list[str]:
     return _LINE_END_RE.split(text) if "\r" in text else text.split("\n")
 
 
-def sse_events(lines: Iterable[str]) -> Iterator[SseData | SseError]:
+def sse_events(lines: Iterable[str]) -> Iterator[SseEvent]:
     """Frame decoded lines (without their line ends) into events, as the SSE spec reads them.
 
     `data:` lines of one event are joined with newlines; comments (`: keep-alive`) and other
@@ -79,11 +79,16 @@ class SseDecoder:
     spec reads it. A line, and the data of one event, may be as long as `limit` characters:
     a server that sends more without ending it fails the stream with a clear error rather than
     filling the memory (there is no other limit, such as aiohttp's 64 KiB `readline`).
+
+    The bytes are decoded by `codecs.utf_8_decode` itself, which leaves a character cut by the
+    piece's end for the next piece (`_cut`): exactly what the codec's incremental decoder does,
+    without its two Python frames a piece; the BOM, read as U+FEFF, is dropped from the text.
     """
 
     def __init__(self, *, limit: int = EVENT_LIMIT_CHARS) -> None:
         self.limit = limit
-        self._text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+        self._cut = b""  # the bytes of a character the last piece cut off
+        self._started = False  # text has come (a BOM can only lead the first)
         self._rest: list[str] = []  # the pieces of a line whose end has not come yet
         self._rest_size = 0
         self._after_cr = False  # the text so far ended with CR: a LF next is its line end
@@ -91,14 +96,23 @@ class SseDecoder:
         self._error: list[str] = []
         self._size = 0  # characters in `_data` and `_error`, a line end counted for each line
 
-    def feed(self, chunk: bytes) -> list[SseData | SseError]:
+    def feed(self, chunk: bytes) -> list[SseEvent]:
         """The events that this piece of the body completes. Each character is looked at once
         (line ends are sought in the new text only, a line's pieces joined when it ends): a
         long line in many pieces costs its length, not its length times its pieces."""
-        text = self._text.decode(chunk)
-        if self._after_cr and text:
+        if self._cut:
+            chunk = self._cut + chunk
+        text, used = _utf8_decode(chunk, "replace")
+        self._cut = chunk[used:]
+        if not text:
+            return []
+        if not self._started:
+            self._started = True
+            if text[0] == "\ufeff":
+                text = text[1:]
+        if self._after_cr:
             self._after_cr = False
-            if text[0] == "\n":
+            if text[:1] == "\n":
                 text = text[1:]
         if not text:
             return []
@@ -106,22 +120,29 @@ class SseDecoder:
         self._after_cr = text[-1] == "\r"
         last = lines.pop()
         if lines:
-            lines[0] = "".join([*self._rest, lines[0]])
-            self._rest, self._rest_size = [], 0
+            if self._rest:
+                lines[0] = "".join([*self._rest, lines[0]])
+                self._rest, self._rest_size = [], 0
         if last:
             self._rest.append(last)
             self._rest_size += len(last)
-        if self._rest_size > self.limit:
-            raise AgentError(self._too_long("line"))
-        return self.lines(lines)
+            if self._rest_size > self.limit:
+                raise AgentError(self._too_long("line"))
+        return self.lines(lines) if lines else []
 
-    def lines(self, lines: Iterable[str]) -> list[SseData | SseError]:
+    def lines(self, lines: Iterable[str]) -> list[SseEvent]:
         """The events that these whole lines (without their line ends) complete."""
-        out: list[SseData | SseError] = []
+        out: list[SseEvent] = []
+        data, error = self._data, self._error
         for line in lines:
             if not line:
-                if self._data or self._error:
-                    out += self._dispatch()
+                if error:
+                    out.append(SseError("\n".join(error)))
+                    error.clear()
+                if data:
+                    out.append("\n".join(data))
+                    data.clear()
+                self._size = 0
                 continue
             if line[0] == ":":
                 continue
@@ -129,9 +150,9 @@ class SseDecoder:
             if value[:1] == " ":
                 value = value[1:]
             if name == "data":
-                self._data.append(value)
+                data.append(value)
             elif name == "error":
-                self._error.append(value)
+                error.append(value)
             else:
                 continue
             self._size += len(value) + 1
@@ -139,21 +160,13 @@ class SseDecoder:
             raise AgentError(self._too_long("event"))
         return out
 
-    def close(self) -> list[SseData | SseError]:
+    def close(self) -> list[SseEvent]:
         """The end of the body: a last line without its line end, and an event cut off by the
         end of the body, still count."""
-        rest = "".join([*self._rest, self._text.decode(b"", final=True)])
-        self._rest, self._rest_size = [], 0
-        return self.lines([rest] if rest else []) + self._dispatch()
-
-    def _dispatch(self) -> list[SseData | SseError]:
-        out: list[SseData | SseError] = []
-        if self._error:
-            out.append(SseError("\n".join(self._error)))
-        if self._data:
-            out.append(SseData("\n".join(self._data)))
-        self._data, self._error, self._size = [], [], 0
-        return out
+        # A character cut off at the very end: U+FFFD (never a line end, nor a BOM).
+        rest = "".join([*self._rest, _utf8_decode(self._cut, "replace", True)[0]])
+        self._cut, self._rest, self._rest_size = b"", [], 0
+        return (self.lines([rest]) if rest else []) + self.lines([""])
 
     def _too_long(self, what: str) -> str:
         return (
@@ -277,17 +290,17 @@ class ChunkParser:
                 self._choice(choice, out)
         return out
 
-    def feed_events(self, events: Iterable[SseData | SseError]) -> Iterator[StreamItem]:
+    def feed_events(self, events: Iterable[SseEvent]) -> Iterator[StreamItem]:
         """Feed the stream's SSE events up to `[DONE]` (which sets `done`), each event's items
         given before the next is read: an `error` event raises with the server's words after
         the text that came before it in the same piece of the body."""
         for event in events:
-            if isinstance(event, SseError):
+            if event.__class__ is not str:
                 raise AgentError(server_error_message(event.error))
-            if event.data == DONE:
+            if event == DONE:
                 self.done = True
                 return
-            yield from self.feed(chunk_decode(event.data))
+            yield from self.feed(chunk_decode(event))
 
     def close(self, *, done: bool) -> list[StreamItem]:
         """End of the body; `done` says whether `[DONE]` arrived. A stream that neither finished
@@ -322,22 +335,28 @@ class ChunkParser:
             for key in ("content", "refusal"):
                 text = delta.get(key)
                 if isinstance(text, str) and text:
-                    thought, answer = self._think_tags.split(text)
+                    # Once the answer has begun there are no think tags to look for (a call
+                    # less a chunk: a model streams its answer a token a chunk).
+                    tags = self._think_tags
+                    thought, answer = ("", text) if tags.state == "answer" else tags.split(text)
                     if thought:
                         self._thinking += thought
                         self._flush_thinking(out, everything=False)
                     if answer:
-                        self._flush_thinking(out, everything=True)
+                        if self._thinking:
+                            self._flush_thinking(out, everything=True)
                         out.append(TextDelta(answer))
             fragments = delta.get("tool_calls")
             if isinstance(fragments, list) and fragments:
-                self._flush_thinking(out, everything=True)
+                if self._thinking:
+                    self._flush_thinking(out, everything=True)
                 for position, fragment in enumerate(fragments):
                     if isinstance(fragment, dict):
                         self._fragment(fragment, position)
             legacy = delta.get("function_call")
             if isinstance(legacy, dict):
-                self._flush_thinking(out, everything=True)
+                if self._thinking:
+                    self._flush_thinking(out, everything=True)
                 self._fragment({"index": _LEGACY_FUNCTION_INDEX, "function": legacy}, 0)
         reason = choice.get("finish_reason")
         if isinstance(reason, str) and reason:
@@ -404,7 +423,7 @@ def _usage(usage: Mapping[str, Any]) -> Usage | None:
     return None
 
 
-def stream_parse(events: Iterable[SseData | SseError]) -> list[StreamItem]:
+def stream_parse(events: Iterable[SseEvent]) -> list[StreamItem]:
     """A whole stream's events at once (tests and tools; the agent feeds as chunks arrive)."""
     parser = ChunkParser()
     out = list(parser.feed_events(events))
@@ -422,6 +441,13 @@ def chunk_decode(data: str) -> Mapping[str, Any]:
             payload = _well_formed(json.loads(data))
         except (ValueError, RecursionError):
             raise AgentError("The language model server sent a malformed stream.") from None
+    if (
+        payload.__class__ is dict
+        and "error" not in payload
+        and "message" not in payload
+        and payload.get("object") != "error"
+    ):
+        return payload  # a chunk, no error object (`server_error_text`'s rules, one call less)
     message = server_error_text(payload)
     if message is not None:
         raise AgentError(server_error_message(message))
