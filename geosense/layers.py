@@ -39,6 +39,15 @@ sockets (issue 15: 500 users connecting at once).
   log nowhere (`lambda _: None`), and keeps an access log of its own (`--access-log`). At that
   verbosity the factory now keeps no access-log file (Twisted's `log` skips the line, as it
   does for a factory without one); at a higher verbosity the line goes on as before.
+- Daphne listens through Twisted's endpoint strings (`-b HOST -p PORT` becomes
+  `tcp:port=PORT:interface=HOST`), whose listen backlog is 50: a burst of connections beyond
+  what the loop has accepted so far (200 users' turns ending together, each posting its next
+  message on a new connection; a restart under open pages) overflowed the kernel's accept
+  queue, which dropped the extra SYNs, and each such client connected again only after TCP's
+  1 s retransmission (3 s for a second drop). At 200 users back to back a run counted ~450
+  overflows and 200 SYN retransmissions, a second added to one turn in five. An endpoint
+  that names no backlog now gets `LISTEN_BACKLOG` (uvicorn's and gunicorn's default; Linux
+  caps it at `net.core.somaxconn`, 4096 since 5.4); one that names its own keeps it.
 """
 
 import functools
@@ -168,16 +177,36 @@ def _access_line_only_if_kept(start_factory):
     return start_factory_quiet
 
 
+# The listen backlog of an endpoint Daphne opens without naming one (Twisted's default: 50).
+LISTEN_BACKLOG = 2048
+# Twisted's endpoint kinds that take a `backlog` argument.
+_BACKLOG_KINDS = frozenset({"tcp", "tcp6", "unix", "ssl"})
+
+
+def _with_backlog(server_from_string):
+    """Twisted's `serverFromString` as Daphne calls it, an endpoint that names no backlog
+    given `LISTEN_BACKLOG`."""
+
+    def server_from_string_with_backlog(reactor, description: str):
+        kind = description.split(":", 1)[0]
+        if kind in _BACKLOG_KINDS and "backlog=" not in description:
+            description = f"{description}:backlog={LISTEN_BACKLOG}"
+        return server_from_string(reactor, description)
+
+    server_from_string_with_backlog.with_backlog = True
+    return server_from_string_with_backlog
+
+
 def daphne_connection_tweaks() -> None:
     """Install the deferred formatting in autobahn (which Daphne's sockets run on), the
     immediate writes in Twisted's TCP connections (which Daphne serves HTTP and sockets on),
     Daphne's requests without Twisted's form parsing, its response messages without
     Twisted's deprecation proxy and a Python hash, and no Twisted access line that goes
-    nowhere."""
+    nowhere, and a listen backlog of `LISTEN_BACKLOG` where the endpoint names none."""
     from autobahn import util
     from autobahn.twisted import websocket
     from autobahn.websocket import protocol
-    from daphne import http_protocol
+    from daphne import http_protocol, server
     from daphne.http_protocol import HTTPFactory, WebRequest
     from twisted.internet import tcp
     from twisted.python.deprecate import _ModuleProxy
@@ -197,3 +226,5 @@ def daphne_connection_tweaks() -> None:
     WebRequest.__hash__ = object.__hash__
     if not getattr(HTTPFactory.startFactory, "access_line_only_if_kept", False):
         HTTPFactory.startFactory = _access_line_only_if_kept(HTTPFactory.startFactory)
+    if not getattr(server.serverFromString, "with_backlog", False):
+        server.serverFromString = _with_backlog(server.serverFromString)

@@ -9,6 +9,7 @@ from twisted.internet import abstract, tcp
 from twisted.web import http
 
 import geosense.asgi  # noqa: F401  (the process's set-up, as Daphne imports it)
+from geosense.layers import LISTEN_BACKLOG
 from tests.autobahn_socket import socket_opened
 
 
@@ -238,3 +239,18 @@ def test_twisteds_access_line_is_made_only_where_daphne_keeps_twisteds_log(verbo
     else:
         assert kept is log.logfile
         assert "combinedLogFormatter" in calls
+
+
+@pytest.mark.parametrize(
+    ("description", "backlog"),
+    [
+        ("tcp:port=0:interface=127.0.0.1", LISTEN_BACKLOG),  # Daphne's `-b HOST -p PORT`
+        ("tcp:port=0:interface=127.0.0.1:backlog=7", 7),  # an operator's own choice
+        ("unix:/tmp/geosense.sock", LISTEN_BACKLOG),  # Daphne's `-u PATH`
+    ],
+)
+def test_an_endpoint_daphne_opens_gets_a_backlog_unless_it_names_one(description, backlog):
+    from daphne import server
+
+    endpoint = server.serverFromString(object(), description)
+    assert endpoint._backlog == backlog
