@@ -106,8 +106,7 @@ class FakeOpenAI:
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> FakeOpenAI:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
+        self._server = FakeHTTPServer(("127.0.0.1", 0), _handler_for(self))
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -185,6 +184,17 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
         owner = fake
 
     return Handler
+
+
+class FakeHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, and a listen backlog of a real model server's (uvicorn's, which
+    vLLM serves on: 2048) rather than socketserver's 5: an engine opening its connections
+    together (bench/load.py: 200 turns begin at once, ~100 connections in aiohttp's pool) had
+    all but a few of their SYNs dropped, each connecting again after TCP's 1 s
+    retransmission, which the bench measured as the turns' latency."""
+
+    daemon_threads = True
+    request_queue_size = 2048
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -1,13 +1,15 @@
 """The fake model server speaks OpenAI's wire format: the real `openai` client reads it."""
 
 import json
+from http.server import BaseHTTPRequestHandler
 
 import openai
 import pytest
 import pytest_asyncio
 from openai import AsyncOpenAI
 
-from tests.fakes.fake_openai import Pause, Text, ToolCalls
+from tests.burst import connects_completed
+from tests.fakes.fake_openai import FakeHTTPServer, Pause, Text, ToolCalls
 
 
 @pytest_asyncio.fixture
@@ -174,3 +176,13 @@ async def test_models_lists_the_fake_model(fake_llm, openai_client):
     models = await openai_client.models.list()
 
     assert [m.id for m in models.data] == ["fake-model"]
+
+
+def test_the_fake_queues_a_burst_of_connections_as_a_real_model_server_does():
+    """Its accept thread busy (here: not serving yet), 300 connections at once all complete
+    their handshake: none waits for TCP's retransmission (socketserver's backlog of 5 let 6)."""
+    server = FakeHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    try:
+        assert connects_completed(server.server_address[1], 300, within=0.5) == 300
+    finally:
+        server.server_close()
