@@ -134,6 +134,8 @@ def fake_main(port_file: str) -> None:
 class Level:
     turns: list[float] = field(default_factory=list)
     round_trips: list[float] = field(default_factory=list)
+    # with --trace: each finished turn's moments, seconds on the monotonic clock (`turn_post`)
+    traces: list[dict[str, float | None]] | None = None
     http_errors: int = 0
     failed: int = 0
     failures: dict[str, int] = field(default_factory=dict)
@@ -173,18 +175,20 @@ async def turn_post(port: int, token: str, session: str, text: str, level: Level
             + body
         )
         status_line = await reader.readline()
+        answered_at = time.monotonic()
         status = int(status_line.split()[1]) if status_line else 0
         if status != 200:
             level.http_errors += 1
             level.fail(f"HTTP {status}")
             return
-        tool_seen: float | None = None
+        tool_seen = first_event = stamp = None
         answered = error = False
         event = ""
         while line := await reader.readline():
             line = line.strip()
             if line.startswith(b"event: "):
                 event = line[7:].decode()
+                first_event = first_event or time.monotonic()
                 if event == "client_tool_call":
                     tool_seen = time.monotonic()
                 elif event == "error":
@@ -204,7 +208,19 @@ async def turn_post(port: int, token: str, session: str, text: str, level: Level
         elif text.startswith("tool") and not answered:
             level.fail("tool not answered")
         else:
-            level.turns.append(time.monotonic() - started)
+            ended = time.monotonic()
+            level.turns.append(ended - started)
+            if level.traces is not None:
+                level.traces.append(
+                    {
+                        "posted": started,
+                        "status": answered_at,
+                        "first_event": first_event,
+                        "tool_call": tool_seen,
+                        "model_after_tool": stamp,
+                        "ended": ended,
+                    }
+                )
     except (OSError, ValueError, IndexError) as exc:
         level.fail(type(exc).__name__)
     finally:
@@ -275,7 +291,12 @@ async def user_socket_once(
 
 
 async def level_run(
-    port: int, users: list[tuple[str, str]], seconds: float, pid: int, rate: float | None = None
+    port: int,
+    users: list[tuple[str, str]],
+    seconds: float,
+    pid: int,
+    rate: float | None = None,
+    trace: bool = False,
 ) -> tuple[Level, float]:
     """One level: every user's socket at once, then `seconds` of turns. Without `rate` each
     user posts its next message as soon as its turn ends (closed loop: the process saturated).
@@ -283,7 +304,7 @@ async def level_run(
     len(users) / rate seconds from a random phase, as people who read an answer before they
     write again; a user whose turn is still running when the next is due posts it when the
     turn ends (counted as `late`: the process did not keep up with the offered rate)."""
-    level = Level()
+    level = Level(traces=[] if trace else None)
     readies = [asyncio.Event() for _ in users]
     level.sockets = [SocketTimes() for _ in users]
     server_cpu, bench_cpu = cpu_seconds(pid), own_cpu_seconds()
@@ -478,7 +499,13 @@ async def bench(args: argparse.Namespace, port: int, pid: int, db: Path, users) 
         peak_task = asyncio.create_task(rss_peak(pid, stop))
         SOCKET_ERRORS.clear()
         bench_cpu = own_cpu_seconds()
-        level, elapsed = await level_run(port, group, args.seconds, pid, args.rate)
+        level, elapsed = await level_run(
+            port, group, args.seconds, pid, args.rate, trace=args.trace is not None
+        )
+        if args.trace is not None:
+            with args.trace.open("a") as out:
+                for moments in level.traces or ():
+                    out.write(json.dumps({"users": count, **moments}) + "\n")
         bench_cpu = own_cpu_seconds() - bench_cpu
         stop.set()
         peak = await peak_task
@@ -630,6 +657,12 @@ def main() -> None:
         "--rate",
         type=float,
         help="turns/s offered by each level's users together (default: back to back)",
+    )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        help="append each finished turn's moments here (JSON lines: posted, status, first_event, "
+        "tool_call, model_after_tool, ended; seconds on the machine's monotonic clock)",
     )
     parser.add_argument("--fake", help=argparse.SUPPRESS)
     args = parser.parse_args()
