@@ -57,6 +57,11 @@ from geosense.layers import daphne_connection_tweaks  # noqa: E402
 
 daphne_connection_tweaks()
 
+from geosense.daphne_hooks import daphne_response_hooks  # noqa: E402
+
+# A streamed answer's chunks and every answer's headers with fewer Python calls (daphne_hooks.py).
+daphne_response_hooks()
+
 application = ProtocolTypeRouter(
     {
         "http": http_application,
