@@ -8,6 +8,7 @@ Each request goes through `geosense.asgi.application`, as under Daphne (Django's
 build a handler of their own)."""
 
 import asyncio
+import functools
 import gc
 import inspect
 import json
@@ -22,6 +23,7 @@ from asgiref.testing import ApplicationCommunicator
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.exceptions import RequestAborted
+from django.core.handlers import asgi
 from django.core.signals import request_finished, request_started
 from django.http.response import HttpResponseBase
 
@@ -575,3 +577,64 @@ async def test_the_admin_and_its_messages_work():
     assert saved.status == 302, saved.body[:2000]
     listing = await browser.request("GET", saved.header("location"))
     assert b"was changed successfully" in listing.body
+
+
+def _stream_answer(parts: list[bytes]) -> chat.api._EventStream:
+    async def follow():
+        for part in parts:
+            yield part
+
+    response = chat.api._EventStream(follow(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    response.set_cookie("seen", "1")
+    return response
+
+
+async def _messages_sent(send_response, response) -> list[dict]:
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    await send_response(response, send)
+    return sent
+
+
+@pytest.mark.parametrize("part", [b"event: x\ndata: {}\n\n", b"", b"x" * (2**16 + 5)])
+async def test_an_answer_goes_out_as_djangos_handler_sends_it(part):
+    handler = ASGIHandler.__new__(ASGIHandler)
+    ours = await _messages_sent(handler.send_response, _stream_answer([part, part]))
+    djangos = await _messages_sent(
+        functools.partial(asgi.ASGIHandler.send_response, handler), _stream_answer([part, part])
+    )
+
+    assert ours == djangos
+    assert ours[0]["headers"][:3] == [
+        (b"Content-Type", b"text/event-stream"),
+        (b"Cache-Control", b"no-cache"),
+        (b"X-Accel-Buffering", b"no"),
+    ]
+
+
+async def test_an_answers_headers_and_chunks_go_out_without_djangos_per_header_and_part_calls():
+    """Django read an answer's headers through `Mapping`'s view of `ResponseHeaders` (a
+    generator step, the view's iterator and a `__getitem__` a header) and handed each part of a
+    stream through `chunk_bytes`'s generator (two Python calls a part)."""
+    handler = ASGIHandler.__new__(ASGIHandler)
+    calls: list[str] = []
+
+    def count(frame, event, arg):
+        name = frame.f_code.co_filename
+        if event == "call" and ("django/utils/" in name or "django/core/handlers/" in name):
+            calls.append(frame.f_code.co_name)
+
+    response = _stream_answer([b"a", b"b", b"c"])
+    sys.setprofile(count)
+    try:
+        sent = await _messages_sent(handler.send_response, response)
+    finally:
+        sys.setprofile(None)
+
+    assert [message.get("body") for message in sent] == [None, b"a", b"b", b"c", None]
+    assert calls == ["send_response"]
