@@ -16,10 +16,12 @@ sides name the same events, frames and context types.
 Nothing here imports from the rest of GeoSense: every layer may use it.
 """
 
+import functools
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from json.encoder import c_make_encoder, encode_basestring
 from typing import Any, Literal, NotRequired, TypedDict, get_args
 
 import orjson
@@ -273,15 +275,27 @@ class TurnEvent:
         return text
 
 
-# An event's data as the SSE stream has always written it (`json.dumps(…, ensure_ascii=False)`),
-# one encoder for every event rather than one built per call.
+# An event's data as the SSE stream has always written it (`json.dumps(…, ensure_ascii=False)`):
+# by the C encoder that `JSONEncoder.encode` builds for each call (with its own markers, for
+# its check of circular data), without `encode`'s and `iterencode`'s two Python frames.
 _EVENT_DATA_ENCODER = json.JSONEncoder(ensure_ascii=False)
+_event_data_encoder = functools.partial(
+    c_make_encoder,
+    default=_EVENT_DATA_ENCODER.default,
+    encoder=encode_basestring,
+    indent=None,
+    key_separator=_EVENT_DATA_ENCODER.key_separator,
+    item_separator=_EVENT_DATA_ENCODER.item_separator,
+    sort_keys=False,
+    skipkeys=False,
+    allow_nan=True,
+)
 
 
 def _event_data_json(data: Any) -> str:
     """The data's JSON text; with a lone surrogate (which no UTF-8 stream can carry) in ASCII
     escapes, so that the SSE stream and the sockets still send it."""
-    text = _EVENT_DATA_ENCODER.encode(data)
+    text = "".join(_event_data_encoder({})(data, 0))
     try:
         text.encode()
     except UnicodeEncodeError:

@@ -3,6 +3,7 @@ and the shape check the suites run on every event and frame catches a drifting p
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from geosense import wire
@@ -82,3 +83,40 @@ def test_a_page_answer_becomes_the_engines_answer_with_a_bounded_refusal():
     answer = wire.client_tool_answer_message(refusal, error_max_chars=10)
     assert answer == {"type": "client.tool.answer", "correlation_id": "c1", "error": "x" * 10}
     assert shape_problem(answer, wire.ClientToolAnswerMessage) is None
+
+
+EVENT_DATA = [
+    {"delta": 'Il y a douze arbres \u00e0 c\u00f4t\u00e9 \U0001f333 "quoted"\n'},
+    {"call_id": "c1", "name": "n", "arguments": {"a": [1, 2.5, None, True]}, "ok": True},
+    {"x": float("nan"), "y": float("inf"), "z": -0.0, "big": 10**30},
+    {"lone": "\ud83d"},  # a lone surrogate: ASCII escapes, so that a UTF-8 stream carries it
+    {},
+]
+
+
+def test_an_events_data_is_written_as_json_dumps_writes_it():
+    for data in EVENT_DATA:
+        expected = json.dumps(data, ensure_ascii=False)
+        try:
+            expected.encode()
+        except UnicodeEncodeError:
+            expected = json.dumps(data)
+        assert wire.TurnEvent("text_delta", data).data_json == expected
+
+
+def test_an_events_data_is_encoded_without_jsons_python_frames():
+    """`JSONEncoder.encode` and `iterencode`: two Python calls an event, around the C encoder."""
+    event = wire.TurnEvent("text_delta", {"delta": "There are twelve trees."})
+    calls: list[str] = []
+
+    def count(frame, kind, arg):
+        if kind == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(count)
+    try:
+        event.data_json  # noqa: B018
+    finally:
+        sys.setprofile(None)
+
+    assert calls == ["data_json", "_event_data_json"]
