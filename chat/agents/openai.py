@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import json
 import logging
 import math
@@ -87,6 +88,19 @@ class ProviderConfig:
     chunk_timeout: float = 30.0
     tool_choice: str | None = None
     vision: bool = True  # send pictures as image parts (GEOSENSE_LLM_VISION)
+
+    @functools.cached_property
+    def client_key(self) -> tuple[Any, ...]:
+        """What the client itself holds (the model and sampling settings go in each body),
+        made once: the configuration is kept from turn to turn (`agent_configured`)."""
+        return (
+            self.base_url,
+            self.api_key,
+            tuple(sorted(self.headers.items())),
+            self.connect_timeout,
+            self.first_byte_timeout,
+            self.chunk_timeout,
+        )
 
 
 def chat_request(
@@ -189,18 +203,6 @@ _clients: weakref.WeakKeyDictionary[
 ] = weakref.WeakKeyDictionary()
 
 
-def _client_key(config: ProviderConfig) -> tuple[Any, ...]:
-    """What the client itself holds: the model and sampling settings go in each body."""
-    return (
-        config.base_url,
-        config.api_key,
-        tuple(sorted(config.headers.items())),
-        config.connect_timeout,
-        config.first_byte_timeout,
-        config.chunk_timeout,
-    )
-
-
 def _client_build(config: ProviderConfig) -> ModelClient:
     """The session for a configuration: cheap to build (aiohttp made its TLS context when it was
     imported, at the process's start), so it is built on the loop it belongs to.
@@ -250,7 +252,7 @@ def provider_client(config: ProviderConfig) -> ModelClient:
     """This loop's client for the configuration, built at its first request. Its connection
     pool belongs to the loop, hence one per loop."""
     clients = _clients.setdefault(asyncio.get_running_loop(), {})
-    key = _client_key(config)
+    key = config.client_key
     client = clients.get(key)
     if client is None:
         client = clients[key] = _client_build(config)
@@ -475,29 +477,37 @@ def _failure_name(failure: Exception) -> str:
 class _EventReader:
     """The body's events as its bytes arrive: `read()` gives those of the next piece read (a
     list, maybe empty), then those the body's end completes, then None. The first piece comes
-    by the first-byte deadline, each next within `gap` seconds of the one before (else a
-    `TimeoutError`, or `StreamStalled` once one has come); what is buffered already is taken
-    without a timer."""
+    by the first-byte deadline, each next within `gap` seconds of the wait for it (else a
+    `TimeoutError`, or `StreamStalled` once one has come).
+
+    What is buffered already is taken without a timer, and the wait is begun without first
+    asking for nothing: the stream's count of the bytes it was fed (`total_bytes`) against
+    those taken says which (an empty `read_nowait` is four of aiohttp's Python calls, and most
+    reads after the first piece find nothing buffered)."""
 
     def __init__(self, response: aiohttp.ClientResponse, *, first_by: float, gap: float) -> None:
         self._content = response.content
         self._decoder = SseDecoder()
-        self._when = first_by
+        self._first_by = first_by
         self._gap = gap
-        self._started = False
+        self._taken = 0  # bytes of the body read so far
         self._ended = False
 
     async def read(self) -> list[SseEvent] | None:
         if self._ended:
             return None
         content = self._content
-        chunk = content.read_nowait()
-        if not chunk and not content.at_eof():
+        if content.total_bytes != self._taken:
+            chunk = content.read_nowait()
+        else:
+            started = self._taken > 0
             try:
-                async with asyncio.timeout_at(self._when):
+                async with (
+                    asyncio.timeout(self._gap) if started else asyncio.timeout_at(self._first_by)
+                ):
                     chunk = await content.readany()
             except TimeoutError:
-                if not self._started:
+                if not started:
                     raise
                 raise StreamStalled(
                     "The language model server stopped answering mid-way "
@@ -506,8 +516,7 @@ class _EventReader:
         if not chunk:
             self._ended = True
             return self._decoder.close()
-        self._started = True
-        self._when = asyncio.get_running_loop().time() + self._gap
+        self._taken += len(chunk)
         return self._decoder.feed(chunk)
 
 
@@ -517,13 +526,11 @@ async def _body_end_read(response: aiohttp.ClientResponse) -> None:
     is dropped and every request opens a new one (a TCP connect, with TLS a handshake: ~5 % of
     the server's CPU at 200 users against the fake model, issue 15). A server that keeps the
     body open past `BODY_END_SECONDS` loses its connection. The end has usually arrived with
-    `[DONE]` already: then no timer is set."""
+    `[DONE]` already: then nothing is read and no timer is set."""
     content = response.content
+    if content.at_eof():
+        return
     try:
-        while content.read_nowait():
-            pass
-        if content.at_eof():
-            return
         async with asyncio.timeout(BODY_END_SECONDS):
             while await content.readany():
                 pass

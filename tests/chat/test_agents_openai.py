@@ -4,12 +4,14 @@ provider settings as the server receives them."""
 import json
 import socket
 
+import aiohttp
 import pytest
 
 from chat.agents import AgentContext, TextDelta, agent_configured
-from chat.agents.openai import ProviderConfig, chat_request
+from chat.agents.openai import ProviderConfig, chat_request, provider_client
 from chat.agents.prompts import system_prompt
 from chat.models import Message
+from tests.chat.costs import python_calls
 from tests.chat.helpers import post_stream
 from tests.fakes.dialects import ANSWER_TEXT, ANSWERS, RECORDINGS, recording
 from tests.fakes.fake_openai import Raw
@@ -228,6 +230,48 @@ async def test_lines_may_end_with_crlf_or_cr(openai_agent, end):
     openai_agent.reply(Raw(body + b"data: [DONE]" + end + end))
 
     assert await _answer() == "Two lines."
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_the_body_is_read_without_asking_for_bytes_not_there(openai_agent, monkeypatch):
+    """A read that finds nothing buffered is four of aiohttp's Python calls for nothing: the
+    reader waits at once when its count of the body's bytes says nothing is buffered, and the
+    body's end is not asked for once `at_eof` says it came (issue 15). Pieces arriving
+    apart (a pause between them) and together, as a model streams them."""
+    from tests.fakes.fake_openai import Pause, Text
+
+    reads: list[int] = []
+    read_nowait = aiohttp.StreamReader.read_nowait
+
+    def counted(stream, *args):
+        data = read_nowait(stream, *args)
+        reads.append(len(data))
+        return data
+
+    monkeypatch.setattr(aiohttp.StreamReader, "read_nowait", counted)
+    openai_agent.reply(Text("Hello there.", chunks=3))
+    openai_agent.reply(Text("Hello", chunks=2), Pause(0.2), Text(" again.", chunks=2))
+
+    assert await _answer() == "Hello there."
+    assert await _answer() == "Hello again."
+    assert 0 not in reads
+
+
+@pytest.mark.asyncio
+async def test_a_configurations_client_is_found_in_two_python_calls():
+    """`provider_client` runs at every model request: the configuration's key (its headers
+    sorted) is made once, not per request."""
+    config = ProviderConfig(base_url="http://127.0.0.1:9/v1", headers={"b": "2", "a": "1"})
+    client = provider_client(config)
+
+    async def again():
+        assert provider_client(config) is client
+
+    try:
+        assert await python_calls(again()) <= 3  # `again`, `provider_client`, the loop's dict
+    finally:
+        await client.session.close()
 
 
 async def _answer() -> str:
