@@ -24,10 +24,13 @@ from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.utils import CursorWrapper
-from django.db.models import Model, QuerySet
+from django.db.models import Field, Model, QuerySet
 from django.db.models.sql import UpdateQuery
+
+from geosense.fields import NUL, NulFreeCharField, NulFreeTextField
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -247,11 +250,60 @@ class CompiledUpdate(_Compiled):
             self._plans.setdefault(key, plan)
 
 
+# The kinds of value a field may store as they are (`_as_is`), each with the values it is probed
+# with once per plan: a `str` subclass too (a model's choices), which text fields hand on.
+class _Text(str):
+    pass
+
+
+_AS_IS_PROBES: tuple[tuple[type, tuple[Any, ...]], ...] = (
+    (bool, (True, False)),
+    (int, (0, 7)),
+    (str, ("", "é x", _Text("y"))),
+)
+
+
+def _as_is(field: Field, connection: Any) -> type | None:
+    """The kind of value `field` stores on `connection` as it is given (its `pre_save` reads
+    it back and its `get_db_prep_save` gives it back unchanged), probed once; None: each of its
+    values is prepared by the field. A NUL-free text field replaces a NUL: only a string
+    without one is stored as it is (`CompiledInsert._prepared`)."""
+    if type(field).pre_save is not Field.pre_save and not isinstance(field, _NUL_FREE):
+        return None
+    for kind, samples in _AS_IS_PROBES:
+        try:
+            prepared = [field.get_db_prep_save(sample, connection) for sample in samples]
+        except (TypeError, ValueError, ValidationError):
+            continue
+        if all(
+            type(out) in (kind, type(sample)) and out == sample
+            for out, sample in zip(prepared, samples, strict=True)
+        ):
+            return kind
+    return None
+
+
+_NUL_FREE = (NulFreeCharField, NulFreeTextField)
+
+
+def _default_fresh(field: Field) -> bool:
+    """`field.get_default()` may give another value at each call (None too: it is no constant
+    worth keeping)."""
+    return (
+        (field.has_default() and callable(field.default))
+        or field.has_db_default()
+        or field.get_default() is None
+    )
+
+
 @dataclass(frozen=True)
 class _InsertPlan:
     sql: str
     qmark: str | None  # its SQLite form (`qmark_form`)
     returning: bool  # the SQL returns the new row's primary key (else the cursor's last id)
+    # Per field inserted, in the SQL's order: its position among the model's concrete fields,
+    # the field, the kind of value it stores as it is (`_as_is`) and whether it is NUL-free.
+    fields: tuple[tuple[int, Field, type | None, bool], ...]
 
 
 class CompiledInsert:
@@ -259,8 +311,12 @@ class CompiledInsert:
     engine stores three or four messages a turn; the ORM built and compiled each insert anew).
 
     The values are prepared as Django prepares an insert's (each field's `pre_save`, then
-    `get_db_prep_save`). The first insert on each database goes through the ORM, and its SQL
-    is kept only if Django ran one statement with those parameters, returning the primary key
+    `get_db_prep_save`), but a field that stores a kind of value as it is (an integer, a flag,
+    text without a NUL; probed once per plan, `_as_is`) is handed such a value without that
+    work (twelve fields of a message: about a hundred Python calls an insert), and the instance
+    is made from the values in its fields' order, as the ORM makes the instances it reads.
+    The first insert on each database goes through the ORM, and its SQL is kept only if Django
+    ran one statement with the parameters this class would bind, returning the primary key
     alone or nothing: a Django that inserts otherwise leaves the model on the ORM (logged
     once). No model signal is sent: for models that have no receivers."""
 
@@ -268,6 +324,13 @@ class CompiledInsert:
         self.model = model
         meta = model._meta
         self.fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field]
+        # Each concrete field's name and default: made once unless the field makes a new one
+        # each time (a callable default, a database default): then None and `get_default()`.
+        self._concrete = tuple(
+            (f.attname, f, None if _default_fresh(f) else f.get_default())
+            for f in meta.concrete_fields
+        )
+        self._attnames = frozenset(f.attname for f in meta.concrete_fields)
         self._plans: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
 
@@ -279,8 +342,7 @@ class CompiledInsert:
             return self._first(key, connection, values)
         if plan is _ORM:
             return self.model._default_manager.create(**values)
-        obj = self.model(**values)
-        params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in self.fields]
+        obj, params = self._prepared(plan, values, connection)
         meta = self.model._meta
 
         def new_pk(cursor: Any) -> Any:
@@ -292,6 +354,30 @@ class CompiledInsert:
             obj.pk = statement_run(connection, plan.sql, plan.qmark, params, new_pk)
         obj._state.adding, obj._state.db = False, connection.alias
         return obj
+
+    def _prepared(
+        self, plan: _InsertPlan, values: dict[str, Any], connection: Any
+    ) -> tuple[Model, list[Any]]:
+        """The new instance and the INSERT's parameters."""
+        if not values.keys() <= self._attnames:  # a related object or a property: as Django
+            obj = self.model(**values)
+            return obj, [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in self.fields]
+        row = [
+            values[name] if name in values else f.get_default() if default is None else default
+            for name, f, default in self._concrete
+        ]
+        obj = self.model(*row)
+        params = []
+        for position, field, kind, nul_free in plan.fields:
+            value = row[position]
+            if kind is str:
+                as_is = isinstance(value, str) and not (nul_free and NUL in value)
+            else:
+                as_is = kind is not None and type(value) is kind
+            params.append(
+                value if as_is else field.get_db_prep_save(field.pre_save(obj, True), connection)
+            )
+        return obj, params
 
     def _first(self, key: Hashable, connection: Any, values: dict[str, Any]) -> Model:
         ran: list[tuple[str, Any]] = []
@@ -311,10 +397,25 @@ class CompiledInsert:
             and meta.db_returning_fields == [meta.pk]
         ):
             sql = ran[0][0]
-            plan = _InsertPlan(
-                sql=sql, qmark=qmark_form(connection, sql), returning=" RETURNING " in sql
+            kept = _InsertPlan(
+                sql=sql,
+                qmark=qmark_form(connection, sql),
+                returning=" RETURNING " in sql,
+                fields=tuple(
+                    (position, f, _as_is(f, connection), isinstance(f, _NUL_FREE))
+                    for position, (_, f, _) in enumerate(self._concrete)
+                    if f in self.fields
+                ),
             )
-        else:
+            # The values bound as they are, for the same values, are those Django bound.
+            _, params = self._prepared(kept, values, connection)
+            if all(
+                mine == theirs
+                for (_, _, kind, _), mine, theirs in zip(kept.fields, params, expected, strict=True)
+                if kind is not None
+            ):
+                plan = kept
+        if plan is _ORM:
             logger.warning("compiled insert %s stays on the ORM: it differs", key)
         with self._lock:
             self._plans.setdefault(key, plan)
