@@ -22,7 +22,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -314,13 +314,31 @@ def _kept_chars(row: _Row, contexts: list[tuple[str, str, Any]]) -> int:
 
 @dataclass
 class _Gather:
-    """Whole turns, newest first, while they fit."""
+    """Whole turns, newest first, while they fit. Rows are walked a batch at a time, each in
+    the loop's own code (a step walks its whole window: no call per row)."""
 
     budget: int
     images: bool
-    turns: list[list[dict[str, Any]]]
+    turns: list[list[dict[str, Any]]] = field(default_factory=list)
     used: int = 0
     latest_user: tuple[str, list[tuple[str, str, Any]]] | None = None
+    walked: list[_Kept] = field(default_factory=list)  # every row walked, newest first
+    turn_rows: list[_Kept] = field(default_factory=list)  # the turn being walked
+
+    def walk(self, batch: list[_Kept]) -> bool:
+        """Walk rows (newest first, after those walked already); False once a turn did not
+        fit (the row walked last is the newest of an older turn: older rows may follow)."""
+        for kept in batch:
+            self.walked.append(kept)
+            row = kept.row
+            if self.latest_user is None and row.role == Message.Role.USER:
+                self.latest_user = (row.text, kept.contexts)
+            if self.turn_rows and row.turn != self.turn_rows[-1].row.turn:
+                if not self.take(self.turn_rows):
+                    return False
+                self.turn_rows = []
+            self.turn_rows.append(kept)
+        return True
 
     def take(self, rows: list[_Kept]) -> bool:
         """Add one turn (`rows` newest first); False when it does not fit (nothing added)."""
@@ -335,7 +353,8 @@ class _Gather:
                 and any(kind == "image" for _, kind, _ in kept.contexts)
             ):
                 pictures = _pictures_of(kept.row.id)
-            entry, tokens = kept.entry_of(pictures)
+            made = kept.entry if pictures is None else None
+            entry, tokens = made if made is not None else kept.entry_of(pictures)
             entries.append(entry)
             cost += tokens
         if not newest and self.used + cost > self.budget:
@@ -392,7 +411,7 @@ class _KeptSessions:
     def put(self, key: str, rows: list[_Kept], *, complete: bool) -> None:
         """Keep a session's walked rows, unless they are too many to check in one statement
         with the rows the next step adds (half its `CHECK_ROWS`) or a quarter of `KEPT_CHARS`."""
-        chars = sum(kept.chars for kept in rows)
+        chars = sum([kept.chars for kept in rows])
         checked = [values for kept in rows for values in kept.checked]
         if not rows or chars > KEPT_CHARS // 4 or len(checked) > CHECK_ROWS // 2:
             return
@@ -476,22 +495,15 @@ def history_window(*, session_id: object, budget: int, images: bool = False) -> 
     (`_known`): a step costs what is new, not the window's length."""
     key = str(session_id)
     known, complete = _known(session_id, _kept.take(key))
-    gather = _Gather(budget=budget, images=images, turns=[])
-    walked: list[_Kept] = []
-    turn_rows: list[_Kept] = []
-    for kept in _newest_first(session_id, known, complete):
-        walked.append(kept)
-        if gather.latest_user is None and kept.row.role == Message.Role.USER:
-            gather.latest_user = (kept.row.text, kept.contexts)
-        if turn_rows and kept.row.turn != turn_rows[-1].row.turn:
-            if not gather.take(turn_rows):
-                left_out, complete = True, False  # older rows may follow the one walked last
-                break
-            turn_rows = []
-        turn_rows.append(kept)
+    gather = _Gather(budget=budget, images=images)
+    for batch in _newest_first(session_id, known, complete):
+        if not gather.walk(batch):
+            left_out, complete = True, False
+            break
     else:
+        turn_rows = gather.turn_rows
         left_out, complete = bool(turn_rows) and not gather.take(turn_rows), True
-    _kept.put(key, walked, complete=complete)
+    _kept.put(key, gather.walked, complete=complete)
     return HistoryWindow(
         messages=[entry for turn in reversed(gather.turns) for entry in turn],
         left_out=left_out,
@@ -499,15 +511,15 @@ def history_window(*, session_id: object, budget: int, images: bool = False) -> 
     )
 
 
-def _newest_first(session_id: object, known: list[_Kept], complete: bool) -> Iterator[_Kept]:
-    """The known rows, then the older ones read a batch at a time."""
-    yield from known
+def _newest_first(session_id: object, known: list[_Kept], complete: bool) -> Iterator[list[_Kept]]:
+    """The known rows, then the older ones read a batch at a time (newest first)."""
+    yield known
     if complete:
         return
     before = known[-1].row.id if known else None
     while True:
         batch = _read(session_id, before=before)
-        yield from batch
+        yield batch
         if len(batch) < READ_BATCH:
             return
         before = batch[-1].row.id

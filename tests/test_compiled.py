@@ -2,14 +2,13 @@
 ORM converts them) without building or compiling its queryset again, and a read whose
 parameters the ORM compiles otherwise stays on the ORM."""
 
-import sys
-
 import pytest
 from django.contrib.auth import get_user_model
 from django.db.models.sql import compiler as sql_compiler
 
 from chat.models import ChatSession, Message
 from geosense.compiled import CompiledInsert, CompiledRead, CompiledUpdate, db_value
+from tests.chat.costs import python_calls_of
 
 pytestmark = pytest.mark.django_db
 
@@ -148,22 +147,6 @@ def test_a_compiled_insert_stores_what_the_orm_stores_compiling_once(sessions, m
     assert stored.is_error and stored.created == kept.created
 
 
-def _python_calls(function, *args, **kwargs) -> int:
-    """The Python calls made on this thread while `function` runs."""
-    calls = 0
-
-    def count(frame, event, arg):
-        nonlocal calls
-        calls += event == "call"
-
-    sys.setprofile(count)
-    try:
-        function(*args, **kwargs)
-    finally:
-        sys.setprofile(None)
-    return calls
-
-
 def test_a_compiled_insert_hands_on_the_values_its_fields_store_as_they_are(sessions):
     """A message's insert prepared each of its twelve fields through the field (`pre_save`,
     `get_db_prep_save`: ~100 Python calls) and made its instance from keywords: an integer, a
@@ -175,7 +158,7 @@ def test_a_compiled_insert_hands_on_the_values_its_fields_store_as_they_are(sess
     insert = CompiledInsert(Message)
     insert.create(session_id=first.pk, turn=1, role="note", content="first")
     message = dict(session_id=first.pk, turn=3, role=Message.Role.ASSISTANT, content="Here.")
-    calls = _python_calls(insert.create, **message, tool_calls=[])
+    calls = python_calls_of(insert.create, **message, tool_calls=[])
     assert calls <= 80, calls
     odd = insert.create(
         session_id=str(first.pk), turn="4", role=Message.Role.TOOL, is_error=1, tool_call_id="\x00"

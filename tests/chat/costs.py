@@ -6,6 +6,9 @@ thread, while a `Costs` lives (the patches go with the test's monkeypatch)."""
 
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from asgiref.sync import SyncToAsync
 from django.db.backends import utils as db_utils
@@ -72,19 +75,33 @@ class Costs:
         return self.hops, self.trips, len(self.statements)
 
 
-async def python_calls(awaitable, *, builtins: bool = False) -> int:
-    """The Python calls made on this thread while `awaitable` runs (and the calls of builtins,
-    with `builtins`)."""
+@contextmanager
+def _calls_counted(builtins: bool) -> Iterator[list[int]]:
+    """The Python calls made on this thread while the block runs (and builtins' calls, with
+    `builtins`), in the list's one item."""
     counted = ("call", "c_call") if builtins else ("call",)
-    calls = 0
+    calls = [0]
 
     def count(frame, event, arg):
-        nonlocal calls
-        calls += event in counted
+        calls[0] += event in counted
 
     sys.setprofile(count)
     try:
-        await awaitable
+        yield calls
     finally:
         sys.setprofile(None)
-    return calls
+
+
+async def python_calls(awaitable, *, builtins: bool = False) -> int:
+    """The Python calls made on this thread while `awaitable` runs (and the calls of builtins,
+    with `builtins`)."""
+    with _calls_counted(builtins) as calls:
+        await awaitable
+    return calls[0]
+
+
+def python_calls_of(function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> int:
+    """The Python calls made while `function(*args, **kwargs)` runs (synchronous work)."""
+    with _calls_counted(False) as calls:
+        function(*args, **kwargs)
+    return calls[0]

@@ -14,6 +14,7 @@ from chat import history
 from chat.history import TOOL_RESULT_CHARS, history_window
 from chat.models import Artifact, ChatSession, Message
 from chat.selectors import user_request_latest
+from tests.chat.costs import python_calls_of
 from tests.chat.history_reference import history_window_reference
 
 pytestmark = pytest.mark.django_db
@@ -208,6 +209,25 @@ def test_a_step_decodes_only_the_rows_stored_since_the_last_window(monkeypatch):
         assert second == history_window_reference(session_id=session.session.pk, budget=100_000)
     # Each new row's calls (a user message's contexts: their rows' data, one each).
     assert per_step[4] == per_step[50] == [4 + 1, 2], per_step
+
+
+def test_a_step_walks_its_kept_rows_without_a_python_call_for_each():
+    """Every step walks its whole window (issue 15: the database thread every turn queues on):
+    each kept row cost three Python calls or so (a generator's step, its entry's method, a
+    generator's step to sum what it keeps): 390 more for 30 more turns of 4 rows. Now the
+    rows are walked in the loops' own code: a call per turn (30 more)."""
+    user = get_user_model().objects.create_user("walks")
+    calls = {}
+    for length in (2, 10, 40):  # the first compiles the reads (geosense/compiled.py)
+        session = Session(user)
+        turns(session, length)
+        history_window(session_id=session.session.pk, budget=100_000)  # the turn before
+        turns(session, 1)
+        calls[length] = python_calls_of(
+            history_window, session_id=session.session.pk, budget=100_000
+        )
+    assert calls[10] < 250, calls  # 320 before
+    assert calls[40] - calls[10] <= 35, calls  # 390 before
 
 
 def test_what_is_kept_counts_the_contexts_data_and_the_sessions(monkeypatch):
