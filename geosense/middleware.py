@@ -20,6 +20,7 @@ Sync requests (Django's test client, `manage.py` commands) use Django's classes 
 """
 
 import weakref
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -40,36 +41,37 @@ from geosense.accounts.first_read import first_read_keep, first_read_make, first
 from geosense.dbpool import in_request_thread
 
 
-async def _step(method, *args: Any, in_thread: bool) -> Any:
-    if in_thread:
-        return await sync_to_async(method, thread_sensitive=True)(*args)
-    return method(*args)
-
-
 class AsyncNative:
     """`MiddlewareMixin.__acall__` with each step on the loop unless it says it needs the
-    request's thread (`request_needs_thread`, `response_needs_thread`)."""
+    request's thread (`request_needs_thread`, `response_needs_thread`: None when it never does).
 
-    def request_needs_thread(self, request: HttpRequest) -> bool:
-        return False
+    The instance is the chain's async callable itself: Django's `MiddlewareMixin.__call__` (which
+    only hands an async request on to `__acall__`) and a helper per step were three Python calls
+    a middleware and request for nothing. Only the ASGI handler loads the twins, async."""
 
-    def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> bool:
-        return False
+    sync_capable = False
 
-    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+    request_needs_thread: Callable[[HttpRequest], bool] | None = None
+    response_needs_thread: Callable[[HttpRequest, HttpResponseBase], bool] | None = None
+
+    async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         response = None
-        if hasattr(self, "process_request"):
-            response = await _step(
-                self.process_request, request, in_thread=self.request_needs_thread(request)
-            )
+        process_request = getattr(self, "process_request", None)
+        if process_request is not None:
+            needs = self.request_needs_thread
+            if needs is not None and needs(request):
+                response = await sync_to_async(process_request, thread_sensitive=True)(request)
+            else:
+                response = process_request(request)
         response = response or await self.get_response(request)
-        if hasattr(self, "process_response"):
-            response = await _step(
-                self.process_response,
-                request,
-                response,
-                in_thread=self.response_needs_thread(request, response),
-            )
+        process_response = getattr(self, "process_response", None)
+        if process_response is not None:
+            needs = self.response_needs_thread
+            if needs is not None and needs(request, response):
+                return await sync_to_async(process_response, thread_sensitive=True)(
+                    request, response
+                )
+            response = process_response(request, response)
         return response
 
 
@@ -118,9 +120,12 @@ class MessageMiddleware(AsyncNative, messages_middleware.MessageMiddleware):
 
 
 class HtmxMiddleware(htmx_middleware.HtmxMiddleware):
-    """django-htmx's `request.htmx`, holding the request through a weak proxy."""
+    """django-htmx's `request.htmx`, holding the request through a weak proxy; async only, as
+    `AsyncNative`."""
 
-    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+    sync_capable = False
+
+    async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         request.htmx = htmx_middleware.HtmxDetails(weakref.proxy(request))
         return await self.get_response(request)
 

@@ -1,0 +1,183 @@
+"""The middleware chain under the ASGI application (geosense/middleware.py, the twins of Django's
+sync middlewares, and geosense/accounts/middleware.py): what a request costs the event loop in
+the chain, and answers equal to those of Django's own chain, middleware by middleware as
+`MIDDLEWARE` lists them (Django's `ASGIHandler`, each sync middleware in a thread)."""
+
+import asyncio
+import re
+import sys
+import threading
+from collections import Counter
+
+import pytest
+from asgiref.testing import ApplicationCommunicator
+from channels.db import database_sync_to_async
+from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
+
+import chat.api
+from geosense.asgi import django_asgi_app
+from geosense.wire import TurnEvent
+from tests.test_handler import Browser, _scope, someone
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+# Where a middleware's code lives: Django's and django-htmx's middlewares, the adapter every
+# layer is wrapped in, and ours.
+_MIDDLEWARE_FILES = (
+    "/django/middleware/",
+    "/django/contrib/sessions/middleware.py",
+    "/django/contrib/auth/middleware.py",
+    "/django/contrib/messages/middleware.py",
+    "/django/utils/deprecation.py",
+    "/django/core/handlers/exception.py",
+    "/django_htmx/middleware.py",
+    "/geosense/middleware.py",
+    "/geosense/jsonapi.py",
+    "/geosense/accounts/middleware.py",
+)
+
+
+def _layer(frame) -> str | None:
+    """The middleware whose code runs this frame or one of its callers, if any."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.endswith("/django/core/handlers/base.py"):
+            return None  # the handler's own work (the view's, below the chain)
+        if any(part in code.co_filename for part in _MIDDLEWARE_FILES):
+            owner = frame.f_locals.get("self")
+            return type(owner).__name__ if owner is not None else code.co_qualname
+        frame = frame.f_back
+    return None
+
+
+async def chain_calls(scope: dict, body: bytes) -> Counter:
+    """The Python calls made on the event loop by the middleware chain for one request through
+    the ASGI application (the calls of its layers and of what they call), by layer."""
+    loop_thread = threading.current_thread()
+    calls: Counter = Counter()
+
+    def count(frame, event, arg):
+        if event == "call" and threading.current_thread() is loop_thread:
+            layer = _layer(frame)
+            if layer is not None:
+                calls[layer] += 1
+
+    app = ApplicationCommunicator(django_asgi_app, scope)
+    await app.send_input({"type": "http.request", "body": body})
+    sys.setprofile(count)
+    try:
+        assert (await app.receive_output(10))["type"] == "http.response.start"
+        while (await app.receive_output(10)).get("more_body"):
+            pass
+        await app.wait(5)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@pytest.fixture
+def quick_turns(monkeypatch):
+    """Turns that end at once: `turn_start`, `turn_end`, nothing else stored or read."""
+
+    def launch(prepared, *, listener):
+        async def run():
+            for event in (
+                TurnEvent("turn_start", {"session": "s", "turn": 1}),
+                TurnEvent("turn_end", {}),
+            ):
+                await asyncio.sleep(0)
+                listener(event)
+
+        return asyncio.create_task(run())
+
+    async def prepare(**kwargs):
+        return None
+
+    monkeypatch.setattr(chat.api, "turn_launch", launch)
+    monkeypatch.setattr(chat.api, "turn_prepare", prepare)
+
+
+def _stream_scope(session, headers: dict[str, str]) -> dict:
+    return _scope(
+        "POST",
+        f"/api/sessions/{session.pk}/message/stream",
+        {"Content-Type": "application/json", **headers},
+    )
+
+
+# What the chain costs a streamed message by bearer token (its own calls and Django's code it
+# runs), before and after each change:
+# 289 (each twin through Django's `MiddlewareMixin.__call__`, `__acall__` and a helper a step),
+# 261 (the twins called as the chain's layers, their steps inline).
+STREAM_BY_TOKEN_CALLS = 261
+
+
+async def test_a_streamed_message_by_token_costs_the_chain_few_python_calls(quick_turns):
+    _, token, session = await database_sync_to_async(someone)("alice")
+    scope = _stream_scope(session, {"Authorization": f"Bearer {token}"})
+    await chain_calls(scope, b'{"text": "hello"}')  # imports and caches made once
+
+    calls = await chain_calls(scope, b'{"text": "hello"}')
+
+    assert sum(calls.values()) <= STREAM_BY_TOKEN_CALLS, calls
+
+
+async def _answer(app, scope: dict, body: bytes) -> tuple:
+    """Status, headers and body of one request through `app` (a stream's first chunk only),
+    each cookie's value and CSRF token masked: they differ each time."""
+    communicator = ApplicationCommunicator(app, scope)
+    await communicator.send_input({"type": "http.request", "body": body})
+    start = await communicator.receive_output(10)
+    first = await communicator.receive_output(10)
+    while first.get("more_body") and not first.get("body"):
+        first = await communicator.receive_output(10)
+    headers = []
+    for name, value in start["headers"]:
+        name, value = name.decode().lower(), value.decode()
+        if name == "set-cookie":
+            cookie, _, attributes = value.partition(";")
+            value = f"{cookie.partition('=')[0]}=…;{attributes}"
+        headers.append((name, value))
+    await communicator.wait(5)
+    body = re.sub(rb"\b[A-Za-z0-9]{64}\b", b"\xe2\x80\xa6", first.get("body", b""))
+    return start["status"], sorted(headers), body
+
+
+async def test_each_answer_is_djangos_own_chains(quick_turns):
+    """Every kind of request the API and the pages take answers as through Django's own chain
+    (status, headers, cookies set or deleted, body): bearer tokens (good, bad, out of their
+    scope, with a session cookie beside), cookie writes with and without their CSRF token,
+    anonymous ones, pages, the login form, an unknown path."""
+    _, token, session = await database_sync_to_async(someone)("alice")
+    browser = Browser()
+    assert (await browser.login("alice")).status == 302
+    cookies = "; ".join(f"{k}={v}" for k, v in browser.jar.items())
+    csrf = {"Cookie": cookies, "X-CSRFToken": browser.jar["csrftoken"]}
+    bearer = {"Authorization": f"Bearer {token}"}
+    as_json = {"Content-Type": "application/json"}
+    stream = f"/api/sessions/{session.pk}/message/stream"
+    requests = [
+        ("POST", stream, {**bearer, **as_json}, b'{"text": "hi"}'),
+        ("POST", stream, {**bearer, **as_json, "Cookie": cookies}, b'{"text": "hi"}'),
+        ("POST", stream, {**bearer, **as_json, "Cookie": "sessionid=short"}, b'{"text": "hi"}'),
+        ("POST", stream, {**bearer, **as_json}, b'{"text": ""}'),
+        ("POST", stream, {"Authorization": "Bearer gs_nope", **as_json}, b'{"text": "hi"}'),
+        ("POST", stream, {"Authorization": "Bearer ", "Cookie": cookies, **as_json}, b"{}"),
+        ("POST", stream, {**csrf, **as_json}, b'{"text": "hi"}'),
+        ("POST", stream, {"Cookie": cookies, **as_json}, b'{"text": "hi"}'),
+        ("POST", stream, as_json, b'{"text": "hi"}'),
+        ("GET", "/api/sessions", bearer, b""),
+        ("GET", "/api/sessions", {"Cookie": cookies}, b""),
+        ("GET", "/api/sessions/", bearer, b""),
+        ("GET", "/api/nowhere", bearer, b""),
+        ("GET", "/chat/", bearer, b""),
+        ("GET", "/chat/", {}, b""),
+        ("GET", "/accounts/login/", {}, b""),
+        ("GET", "/accounts/login/", {"HX-Request": "true"}, b""),
+        ("POST", "/accounts/login/", {"Content-Type": "application/x-www-form-urlencoded"}, b"a=b"),
+    ]
+    djangos = DjangoASGIHandler()
+    for method, path, headers, body in requests:
+        ours = await _answer(django_asgi_app, _scope(method, path, headers), body)
+        theirs = await _answer(djangos, _scope(method, path, headers), body)
+        assert ours == theirs, (method, path, headers)
