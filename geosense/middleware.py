@@ -38,6 +38,7 @@ from django.utils.functional import SimpleLazyObject, empty
 from django_htmx import middleware as htmx_middleware
 
 from geosense.accounts.first_read import first_read_keep, first_read_make, first_read_planned
+from geosense.accounts.middleware import bearer_token
 from geosense.dbpool import in_request_thread
 
 
@@ -87,36 +88,59 @@ class XFrameOptionsMiddleware(AsyncNative, clickjacking.XFrameOptionsMiddleware)
     pass
 
 
+def _unmade(lazy: Any) -> bool:
+    """Whether `lazy` is a `SimpleLazyObject` not made yet (read without its proxy's Python
+    `__getattribute__`)."""
+    return isinstance(lazy, SimpleLazyObject) and object.__getattribute__(lazy, "_wrapped") is empty
+
+
 class SessionMiddleware(AsyncNative, sessions_middleware.SessionMiddleware):
-    """The session is read lazily (by whoever reads it); the answer saves it when modified."""
+    """The session is read lazily (by whoever reads it); the answer saves it when modified.
 
-    def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> bool:
-        session = getattr(request, "session", None)
-        return session is not None and (session.modified or settings.SESSION_SAVE_EVERY_REQUEST)
-
-
-def _unmade(storage: Any) -> bool:
-    return isinstance(storage, SimpleLazyObject) and storage._wrapped is empty
-
-
-class MessageMiddleware(AsyncNative, messages_middleware.MessageMiddleware):
-    """The storage is made when a message is first read or added (an API request never does:
-    Django made two storages and a signer for each, ~15 µs); messages are stored only when some
-    were read or added (the session may hold them)."""
+    Without a session cookie, the (empty) store itself is made when first used: an API request
+    by token never does, and Django made one for each (~10 Python calls, the serializer's import
+    looked up); an unmade store was never accessed nor modified, so Django's answer would have
+    left the response as it is."""
 
     def process_request(self, request: HttpRequest) -> None:
-        request._messages = SimpleLazyObject(partial(default_storage, weakref.proxy(request)))
+        if settings.SESSION_COOKIE_NAME in request.COOKIES:
+            super().process_request(request)
+        else:
+            request.session = SimpleLazyObject(self.SessionStore)
 
     def process_response(self, request: HttpRequest, response: HttpResponseBase):
-        if _unmade(getattr(request, "_messages", None)):
+        if _unmade(getattr(request, "session", None)):
             return response
         return super().process_response(request, response)
 
     def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> bool:
+        session = getattr(request, "session", None)
+        return (
+            session is not None
+            and not _unmade(session)
+            and (session.modified or settings.SESSION_SAVE_EVERY_REQUEST)
+        )
+
+
+class MessageMiddleware(messages_middleware.MessageMiddleware):
+    """The storage is made when a message is first read or added (an API request never does:
+    Django made two storages and a signer for each, ~15 µs); messages are stored only when some
+    were read or added (the session may hold them), in the request's thread. Async only, as
+    `AsyncNative`."""
+
+    sync_capable = False
+
+    async def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        request._messages = SimpleLazyObject(partial(default_storage, weakref.proxy(request)))
+        response = await self.get_response(request)
         storage = getattr(request, "_messages", None)
         if storage is None or _unmade(storage):
-            return False
-        return storage.used or storage.added_new
+            return response
+        if storage.used or storage.added_new:
+            return await sync_to_async(self.process_response, thread_sensitive=True)(
+                request, response
+            )
+        return self.process_response(request, response)
 
 
 class HtmxMiddleware(htmx_middleware.HtmxMiddleware):
@@ -150,9 +174,15 @@ async def _auser(request: HttpRequest):
 
 class AuthenticationMiddleware(AsyncNative, auth_middleware.AuthenticationMiddleware):
     """Django's lazy `request.user` and `request.auser()`, holding the request through a weak
-    proxy (Django's closures over the request made a cycle of each cookie request)."""
+    proxy (Django's closures over the request made a cycle of each cookie request).
+
+    A request with a bearer token gets neither: `BearerTokenMiddleware`, next in `MIDDLEWARE`
+    (tests/test_middleware.py holds the order), sets the token's user in their place or
+    answers the request itself, so Django's were made for nothing (~12 Python calls)."""
 
     def process_request(self, request: HttpRequest) -> None:
+        if bearer_token(request) is not None:
+            return
         super().process_request(request)  # Django's check that sessions come first
         weak = weakref.proxy(request)
         request.user = SimpleLazyObject(partial(auth_middleware.get_user, weak))
