@@ -1,63 +1,68 @@
-"""Two small hooks on the response path, below Django: in Daphne and in Twisted (issue 15).
+"""Small hooks on the response path below Django, in Daphne and in Twisted (issue 15).
 
 The process is bound by one interpreter lock, so every Python call an answer makes on the event
-loop is taken from the turns' throughput. Each hook keeps the library's behaviour and takes the
-library's own path for anything it does not recognise:
+loop is taken from the turns' throughput. Each hook keeps the library's behaviour:
 
-- `_body_chunk_written`: a streamed answer's every event (an SSE chunk) is an ASGI
-  `http.response.body` message with `more_body`. Daphne's `Server.handle_reply` checks the
-  connection, runs `check_headers_type` (which looks only at `http.response.start`), and calls
-  `WebRequest.handle_reply`, which checks the request again, dispatches on the type, writes
-  through Twisted's `Request.write` and logs a debug line: five Python calls before the write.
-  A middle chunk of a started response now goes to `Request.write` after the same checks
-  (Daphne's: the connection known and not disconnected; the request's: not finished, its
-  channel kept), its debug line written only where debug logging is on. The start, the last
-  message and anything else go to Daphne's own `handle_reply` unchanged.
-- `_header_added`: Twisted adds each header of a response (and of a request, as it parses one)
-  through `Headers.addRawHeader`, which canonicalises the name (`_NameEncoder.encode`, cached
-  per name) and folds line breaks out of the value (`_sanitizeLinearWhitespace`): three Python
-  calls a header, ~8 on every answer. A name Twisted has already canonicalised (its cache) with
-  a `bytes` value that holds no line break is now added in one: the same name, the same value.
-  Anything else (a new name, a `str`, a line break) takes Twisted's own path.
+- `handle_reply`, Daphne's `Server.handle_reply`: the `send` of every ASGI application Daphne
+  runs, HTTP and WebSocket. Daphne's drops a message for a connection it no longer knows or
+  that is disconnected, runs `check_headers_type` (which looks only at
+  `http.response.start`) and hands the message to the protocol. Here:
+  * a streamed answer's every event (an SSE chunk, an `http.response.body` with `more_body`,
+    on a started answer) goes to Twisted's `Request.write` after the checks Daphne's request
+    makes first (not finished, its channel kept): without `WebRequest.handle_reply`'s dispatch,
+    and with its debug line written only where debug logging is on (five Python calls
+    before the write, two now);
+  * any other message skips `check_headers_type` unless it is a start (or has no type, which
+    fails it as before), then goes to the protocol's `handle_reply` as before;
+  * Daphne's socket protocol hashes by identity in C, as geosense/layers.py has its HTTP
+    request do (`WebSocketProtocol.__hash__`, a Python `hash(id(self))`, ran twice for each
+    frame a socket's consumer sends).
+- `add_raw_header_known`, Twisted's `Headers.addRawHeader`: each header of every answer (and
+  of every request, as Twisted parses it) had its name canonicalised (`_NameEncoder.encode`,
+  cached per name) and line breaks folded out of its value (`_sanitizeLinearWhitespace`):
+  three Python calls a header, ~8 on every answer. A name Twisted has already canonicalised
+  (its cache) with a `bytes` value that holds no line break is now added in one: the same
+  name, the same value. Anything else (a new name, a `str`, a line break) takes Twisted's own
+  path.
 
-They assume Daphne 4.2 and Twisted 26.10 (`DAPHNE_ASSUMED`, `TWISTED_ASSUMED`):
-tests/test_daphne_hooks.py fails if the functions they stand in for change.
-`daphne_response_hooks()` installs both, once (geosense/asgi.py).
+Written for Daphne 4.2.3 and Twisted 26.10.0: tests/test_daphne_hooks.py fails if the code they
+stand in for changes. `daphne_response_hooks()` installs them, once (geosense/asgi.py).
 """
 
 import logging
 
-DAPHNE_ASSUMED = "4.2"
-TWISTED_ASSUMED = "26.10"
+from daphne.http_protocol import logger as daphne_logger
+from daphne.server import Server
+from daphne.ws_protocol import WebSocketProtocol
+from twisted.web import http_headers
+from twisted.web.http import Request
 
 _BODY = "http.response.body"
+_START = "http.response.start"
 
 
-def _body_chunk_written(handle_reply):
-    """`daphne.server.Server.handle_reply`, a middle body chunk of a started answer written
-    straight through Twisted's `Request.write`."""
-    from daphne.http_protocol import logger
-    from twisted.web.http import Request
-
-    async def handle_reply_chunk(self, protocol, message) -> None:
-        if message.get("more_body") and message.get("type") == _BODY and protocol._response_started:
-            connection = self.connections.get(protocol)
-            if (
-                connection is None
-                or connection.get("disconnected")
-                or protocol.finished
-                or protocol.channel is None
-            ):
-                return  # as Daphne: a closed connection's messages are dropped
-            Request.write(protocol, message.get("body", b""))
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug("HTTP response chunk for %s", protocol.client_addr)
-            return
-        await handle_reply(self, protocol, message)
-
-    handle_reply_chunk.body_chunk_written = True
-    handle_reply_chunk.__wrapped__ = handle_reply
-    return handle_reply_chunk
+async def handle_reply(self, protocol, message) -> None:
+    """Daphne's `Server.handle_reply`, a middle chunk of a started answer written straight
+    through Twisted's `Request.write`."""
+    connection = self.connections.get(protocol)
+    if connection is None or connection.get("disconnected"):
+        return
+    kind = message.get("type")
+    if kind == _BODY and message.get("more_body") and protocol._response_started:
+        if protocol.finished or protocol.channel is None:
+            return  # as Daphne's request: a finished answer's messages are dropped
+        Request.write(protocol, message.get("body", b""))
+        if daphne_logger.isEnabledFor(logging.DEBUG):
+            daphne_logger.debug("HTTP response chunk for %s", protocol.client_addr)
+        return
+    if kind is None or kind == _START:
+        try:
+            self.check_headers_type(message)
+        except ValueError:
+            # Ensure to send SOME reply.
+            protocol.basic_error(500, b"Server Error", "Server Error")
+            raise
+    protocol.handle_reply(message)
 
 
 def _header_added(add_raw_header, canonical_names: dict):
@@ -71,19 +76,17 @@ def _header_added(add_raw_header, canonical_names: dict):
             return
         self._rawHeaders.setdefault(canonical, []).append(value)
 
-    add_raw_header_known.header_added = True
     add_raw_header_known.__wrapped__ = add_raw_header
     return add_raw_header_known
 
 
 def daphne_response_hooks() -> None:
-    """Install both hooks (once: a second call changes nothing)."""
-    from daphne.server import Server
-    from twisted.web import http_headers
-
-    if not getattr(Server.handle_reply, "body_chunk_written", False):
-        Server.handle_reply = _body_chunk_written(Server.handle_reply)
-    if not getattr(http_headers.Headers.addRawHeader, "header_added", False):
+    """Install the hooks (once: a second call changes nothing)."""
+    if Server.handle_reply is not handle_reply:
+        handle_reply.__wrapped__ = Server.handle_reply
+        Server.handle_reply = handle_reply
+    WebSocketProtocol.__hash__ = object.__hash__
+    if not hasattr(http_headers.Headers.addRawHeader, "__wrapped__"):
         http_headers.Headers.addRawHeader = _header_added(
             http_headers.Headers.addRawHeader,
             http_headers._nameEncoder._canonicalHeaderCache,

@@ -9,6 +9,7 @@ import sys
 import pytest
 from daphne.http_protocol import WebRequest
 from daphne.server import Server
+from daphne.ws_protocol import WebSocketProtocol
 from twisted.web import http, http_headers
 from twisted.web.http_headers import Headers, InvalidHeaderName
 
@@ -18,12 +19,14 @@ from tests.test_layers import _Channel
 BODY = {"type": "http.response.body", "body": b"event: x\n\n", "more_body": True}
 
 # What the hooks stand in for, as they were written for Daphne 4.2.3 and Twisted 26.10.0: the
-# digest of each function's source. A change here means reading the hooks against the new code.
+# digest of each function's source. A change here means reading the hooks against the new code
+# (geosense/daphne_hooks.py's `handle_reply` is Daphne's `Server.handle_reply` with its fast path).
 ASSUMED_SOURCES = {
     "Server.handle_reply": "9d9dbaea6de0657a",
     "Server.check_headers_type": "30eb62919fcdd075",
     "WebRequest.handle_reply": "3e14b239c2602d95",
     "Request.write": "0e547d4f76bd1472",
+    "WebSocketProtocol.__eq__": "9717acc71a5a476e",  # by identity: hashing by identity agrees
     "Headers.addRawHeader": "c4fe96cc1a6e7950",
     "_NameEncoder.encode": "7b453627217624ac",
     "_sanitizeLinearWhitespace": "eae40a7049d09f94",
@@ -73,6 +76,7 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "Server.check_headers_type": Server.check_headers_type,
         "WebRequest.handle_reply": WebRequest.handle_reply,
         "Request.write": http.Request.write,
+        "WebSocketProtocol.__eq__": WebSocketProtocol.__eq__,
         "Headers.addRawHeader": Headers.addRawHeader.__wrapped__,
         "_NameEncoder.encode": _NameEncoder.encode,
         "_sanitizeLinearWhitespace": _sanitizeLinearWhitespace,
@@ -87,13 +91,13 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
 def test_a_middle_chunk_goes_to_twisteds_write_without_daphnes_dispatch():
     """Daphne's `Server.handle_reply`, `check_headers_type`, `WebRequest.handle_reply` and its
     debug line (`debug`, `isEnabledFor`) ran for every SSE chunk before Twisted's write: 5
-    Python calls, 2 now (the hook, `isEnabledFor`)."""
+    Python calls, 2 now (the hook's `handle_reply`, `isEnabledFor`)."""
     server, request, channel = _request_started()
 
     calls = _calls(lambda: _send(server, request, BODY))
 
     assert b"".join(channel.written[-1]) == b"a\r\nevent: x\n\n\r\n"
-    assert calls == ["handle_reply_chunk", "write", "toChunk", "isEnabledFor"]
+    assert calls == ["handle_reply", "write", "toChunk", "isEnabledFor"]
 
 
 def test_a_middle_chunks_debug_line_is_written_where_debug_logging_is_on(caplog):
@@ -145,6 +149,48 @@ def test_the_last_chunk_takes_daphnes_own_path(monkeypatch):
     _send(server, request, last)
 
     assert replies == [last]
+
+
+def test_a_sockets_frame_goes_to_its_protocol_without_the_start_check_or_a_python_hash(
+    monkeypatch,
+):
+    """A socket's every frame went through `check_headers_type` and Daphne's Python
+    `WebSocketProtocol.__hash__` (twice) on its way to the protocol."""
+    socket = WebSocketProtocol.__new__(WebSocketProtocol)
+    frames: list[dict] = []
+    monkeypatch.setattr(WebSocketProtocol, "handle_reply", lambda _socket, m: frames.append(m))
+    server = Server.__new__(Server)
+    server.connections = {socket: {}}
+    frame = {"type": "websocket.send", "text": '{"type": "event"}'}
+
+    calls = _calls(lambda: _send(server, socket, frame))
+
+    assert frames == [frame]
+    assert calls == ["handle_reply"]
+    server.connections[socket]["disconnected"] = True
+    _send(server, socket, frame)
+    assert frames == [frame]
+
+
+def test_a_start_with_a_header_not_in_bytes_is_answered_500_and_refused_as_daphne_does(
+    monkeypatch,
+):
+    request = WebRequest(_Channel())
+    server = Server.__new__(Server)
+    server.connections = {request: {}}
+    errors: list[tuple] = []
+    monkeypatch.setattr(request, "basic_error", lambda *error: errors.append(error))
+
+    with pytest.raises(ValueError, match="expected to be `bytes`"):
+        _send(
+            server,
+            request,
+            {"type": "http.response.start", "status": 200, "headers": [("x", b"1")]},
+        )
+    with pytest.raises(KeyError):  # no type: Daphne's check fails on it
+        _send(server, request, {"status": 200})
+
+    assert errors == [(500, b"Server Error", "Server Error")]
 
 
 HEADERS = [
