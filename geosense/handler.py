@@ -223,6 +223,16 @@ async def _response_close(response: HttpResponseBase) -> None:
     await _signal_send(signals.request_finished, response._handler_class)
 
 
+def response_headers_from_store(response: HttpResponseBase) -> None:
+    """Have Django's `send_response` read the answer's headers from their store, where they are
+    kept as the pairs it sends, in order: it reads them through `response.items()`,
+    `Mapping`'s view over `ResponseHeaders` (its iterator, a generator step and a `__getitem__`
+    a header: ~25 Python calls an answer). Set on the response for its sending only (the
+    handler takes it off after), and only where `items` and the headers are Django's own."""
+    if type(response).items is HttpResponseBase.items and type(response.headers) is ResponseHeaders:
+        response.items = response.headers._store.values
+
+
 def request_resolved(request: HttpRequest) -> ResolverMatch | None:
     """The request's view, as Django's `resolve_request` finds it, for a middleware that must
     know it before the handler resolves it (the bearer token's trip makes the view's first read,
@@ -265,10 +275,13 @@ class ASGIHandler(asgi.ASGIHandler):
 
         async def process_request(request, send):
             response = await self.run_get_response(request)
+            response_headers_from_store(response)
             try:
                 await self.send_response(response, send)
             except asyncio.CancelledError:
                 pass  # the client went away during send_response
+            finally:
+                response.__dict__.pop("items", None)
             return response
 
         # The disconnect listener first: it cancels the view if the client goes away.
@@ -301,22 +314,6 @@ class ASGIHandler(asgi.ASGIHandler):
         else:
             await _response_close(response)
         body_file.close()
-
-    async def send_response(self, response: HttpResponseBase, send) -> None:
-        """Django's, the response's headers read from their store as they are kept there: Django
-        reads them through `response.items()`, `Mapping`'s view over `ResponseHeaders` (its
-        iterator, a generator step and a `__getitem__` a header: ~25 Python calls an answer),
-        for the same pairs in the same order."""
-        if type(response).items is not HttpResponseBase.items or (
-            type(response.headers) is not ResponseHeaders
-        ):
-            await super().send_response(response, send)
-            return
-        response.items = response.headers._store.values
-        try:
-            await super().send_response(response, send)
-        finally:
-            del response.items
 
     @classmethod
     def chunk_bytes(cls, data):

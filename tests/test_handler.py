@@ -31,7 +31,7 @@ import chat.api
 from chat.models import ChatSession
 from geosense.accounts.services import api_token_create
 from geosense.asgi import application
-from geosense.handler import ASGIHandler
+from geosense.handler import ASGIHandler, response_headers_from_store
 from geosense.wire import TurnEvent
 from tests.chat.costs import Costs
 
@@ -601,10 +601,16 @@ async def _messages_sent(send_response, response) -> list[dict]:
     return sent
 
 
+def _ours(response: HttpResponseBase) -> HttpResponseBase:
+    """The response as the handler's `process_request` hands it to `send_response`."""
+    response_headers_from_store(response)
+    return response
+
+
 @pytest.mark.parametrize("part", [b"event: x\ndata: {}\n\n", b"", b"x" * (2**16 + 5)])
 async def test_an_answer_goes_out_as_djangos_handler_sends_it(part):
     handler = ASGIHandler.__new__(ASGIHandler)
-    ours = await _messages_sent(handler.send_response, _stream_answer([part, part]))
+    ours = await _messages_sent(handler.send_response, _ours(_stream_answer([part, part])))
     djangos = await _messages_sent(
         functools.partial(asgi.ASGIHandler.send_response, handler), _stream_answer([part, part])
     )
@@ -629,7 +635,7 @@ async def test_an_answers_headers_and_chunks_go_out_without_djangos_per_header_a
         if event == "call" and ("django/utils/" in name or "django/core/handlers/" in name):
             calls.append(frame.f_code.co_name)
 
-    response = _stream_answer([b"a", b"b", b"c"])
+    response = _ours(_stream_answer([b"a", b"b", b"c"]))
     sys.setprofile(count)
     try:
         sent = await _messages_sent(handler.send_response, response)
@@ -638,3 +644,20 @@ async def test_an_answers_headers_and_chunks_go_out_without_djangos_per_header_a
 
     assert [message.get("body") for message in sent] == [None, b"a", b"b", b"c", None]
     assert calls == ["send_response"]
+
+
+async def test_every_answer_hands_django_its_headers_from_their_store(held_turns, monkeypatch):
+    _, token, session = await database_sync_to_async(someone)("alice")
+    items = HttpResponseBase.items
+    read: list[HttpResponseBase] = []
+    monkeypatch.setattr(
+        HttpResponseBase, "items", lambda response: read.append(response) or items(response)
+    )
+
+    listing = await call("GET", "/api/sessions", headers={"Authorization": f"Bearer {token}"})
+    app = await _stream_start(token, session)
+    held_turns.set()
+    await _stream_end(app)
+
+    assert listing.status == 200 and listing.header("content-type") == "application/json"
+    assert read == []
