@@ -17,7 +17,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
 from geosense.accounts.services import credit_balance, credit_charge
-from geosense.compiled import FETCH_ONE, db_value, qmark_form, statement_run
+from geosense.compiled import FETCH_ONE, db_value, qmark_form, write_run
 
 from .models import ChatSession, TurnUsage
 
@@ -116,21 +116,26 @@ def _usage_add(
     session_pk = db_value(TurnUsage, "session", session_id, connection)
     sql, qmark = _upsert_sql(connection)
     params = [session_pk, user_id, session_pk, turn, prompt_tokens, completion_tokens, now, now]
-    with transaction.mark_for_rollback_on_error(using=connection.alias):
-        row = statement_run(connection, sql, qmark, params, FETCH_ONE)
+    row = write_run(connection, sql, qmark, params, FETCH_ONE)
     pk, user_id, requests, prompt, completion, credits = row
-    usage = TurnUsage(
-        pk=pk,
-        session_id=session_id,
-        user_id=user_id,
-        turn=turn,
-        requests=requests,
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        credits=credits,
-    )
+    values = {
+        "id": pk,
+        "session_id": session_id,
+        "user_id": user_id,
+        "turn": turn,
+        "requests": requests,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "credits": credits,
+    }
+    # Made from its values in its fields' order, as the ORM makes what it reads (from keywords,
+    # each field left out is looked up and defaulted: ~20 Python calls every step).
+    usage = TurnUsage(*[values.get(name) for name in _USAGE_FIELDS])
     usage._state.adding, usage._state.db = False, connection.alias
     return usage
+
+
+_USAGE_FIELDS = [field.attname for field in TurnUsage._meta.concrete_fields]
 
 
 def _upsert_sql(connection: Any) -> tuple[str, str | None]:

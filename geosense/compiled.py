@@ -58,16 +58,34 @@ def statement_run(
     SQLite connection a compiled statement hands SQLite the form it made once, on a cursor
     kept for them (`_kept_cursor`), through Django's execute wrappers and its error
     translation as any statement. `result` reads the whole answer (Python's sqlite3 then
-    resets the statement: nothing stays open on the kept cursor). A connection not open yet,
-    or one that logs its queries (DEBUG, tests capturing them), runs it as Django runs it."""
+    resets the statement: nothing stays open on the kept cursor), from SQLite's own cursor
+    under Django's error translation (through Django's cursor, each fetch made and called a
+    wrapper of its own: ~6 Python calls a statement); with no execute wrapper installed, the
+    statement and its answer under one translation, without the wrappers' loop. A connection not open yet, or one that
+    logs its queries (DEBUG, tests capturing them), runs it as Django runs it."""
     cursor = _kept_cursor(connection) if qmark is not None else None
     if cursor is None:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return result(cursor)
+    if not connection.execute_wrappers:
+        return _qmark_execute(cursor, qmark, params, result=result)
     executor = functools.partial(_qmark_execute, cursor)
     cursor._execute_with_wrappers(qmark, params, many=False, executor=executor)
-    return result(cursor)
+    with connection.wrap_database_errors:
+        return result(cursor.cursor)
+
+
+def write_run(
+    connection: Any, sql: str, qmark: str | None, params: list[Any], result: Callable[[Any], T]
+) -> T:
+    """`statement_run` for a write: an error inside a transaction marks it for rollback, as
+    the ORM's writes do (`transaction.mark_for_rollback_on_error`, which does nothing outside
+    one: most of the turn engine's writes, spared its context manager's four Python calls)."""
+    if not connection.in_atomic_block:
+        return statement_run(connection, sql, qmark, params, result)
+    with transaction.mark_for_rollback_on_error(using=connection.alias):
+        return statement_run(connection, sql, qmark, params, result)
 
 
 def _kept_cursor(connection: Any) -> CursorWrapper | None:
@@ -89,11 +107,20 @@ FETCH_ONE = operator.methodcaller("fetchone")
 ROW_COUNT = operator.attrgetter("rowcount")
 
 
-def _qmark_execute(cursor: CursorWrapper, sql: str, params: Any, *ignored_wrapper_args: Any):
-    """`CursorWrapper._execute` for a statement already in SQLite's form."""
-    cursor.db.validate_no_broken_transaction()
-    with cursor.db.wrap_database_errors:
-        return sqlite3.Cursor.execute(cursor.cursor, sql, params)
+def _qmark_execute(
+    cursor: CursorWrapper,
+    sql: str,
+    params: Any,
+    *ignored_wrapper_args: Any,
+    result: Callable[[Any], Any] | None = None,
+):
+    """`CursorWrapper._execute` for a statement already in SQLite's form; with `result`, what
+    it reads of the answer instead, under the same error translation."""
+    db = cursor.db
+    db.validate_no_broken_transaction()
+    with db.wrap_database_errors:
+        executed = sqlite3.Cursor.execute(cursor.cursor, sql, params)
+        return executed if result is None else result(cursor.cursor)
 
 
 @dataclass(frozen=True)
@@ -210,10 +237,16 @@ def model_from_row(model: type[Model], row: tuple[Any, ...]) -> Model:
 
 
 def db_value(model: Any, field: str, value: Any, connection: Any) -> Any:
-    """`value` as a parameter of a lookup on `model.field` (a foreign key: its target's)."""
-    target = model._meta.get_field(field)
-    target = getattr(target, "target_field", target)
+    """`value` as a parameter of a lookup on `model.field` (a foreign key: its target's); the
+    field is looked up once (the tails of every compiled statement prepare their values)."""
+    target = _db_fields.get((model, field))
+    if target is None:
+        target = model._meta.get_field(field)
+        target = _db_fields[model, field] = getattr(target, "target_field", target)
     return target.get_db_prep_value(value, connection, prepared=False)
+
+
+_db_fields: dict[tuple[Any, str], Field] = {}
 
 
 class CompiledUpdate(_Compiled):
@@ -233,8 +266,7 @@ class CompiledUpdate(_Compiled):
                 self._plan(key, connection, queryset, values, args)
             return queryset.update(**values)
         sql, qmark = plan
-        with transaction.mark_for_rollback_on_error(using=connection.alias):
-            return statement_run(connection, sql, qmark, self.tail(connection, *args), ROW_COUNT)
+        return write_run(connection, sql, qmark, self.tail(connection, *args), ROW_COUNT)
 
     def _plan(self, key: Hashable, connection: Any, queryset: QuerySet, values, args) -> None:
         query = queryset.query.chain(UpdateQuery)
@@ -350,8 +382,7 @@ class CompiledInsert:
                 return cursor.fetchone()[0]
             return connection.ops.last_insert_id(cursor, meta.db_table, meta.pk.column)
 
-        with transaction.mark_for_rollback_on_error(using=connection.alias):
-            obj.pk = statement_run(connection, plan.sql, plan.qmark, params, new_pk)
+        obj.pk = write_run(connection, plan.sql, plan.qmark, params, new_pk)
         obj._state.adding, obj._state.db = False, connection.alias
         return obj
 

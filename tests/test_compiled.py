@@ -147,6 +147,39 @@ def test_a_compiled_insert_stores_what_the_orm_stores_compiling_once(sessions, m
     assert stored.is_error and stored.created == kept.created
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_compiled_statement_reads_its_answer_in_few_python_calls(sessions):
+    """A compiled statement ran through Django's execute wrappers' loop with none installed,
+    its answer was fetched through Django's cursor, which made and called an error wrapper
+    for each fetch, a write outside a transaction ran under the context manager that marks
+    one for rollback, and its parameters' fields were looked up at every call (issue 15:
+    ~25 statements a turn on the engine's one database thread): 28 Python calls for this
+    read and for this update before, 20 after."""
+    first, second = sessions
+    read = CompiledRead(
+        build=_query,
+        tail=lambda connection, session_id, turn: [
+            db_value(Message, "session", session_id, connection),
+            turn,
+        ],
+        converted=False,
+    )
+    update = CompiledUpdate(
+        build=lambda session_id, title: (
+            ChatSession.objects.filter(pk=session_id),
+            {"title": title},
+        ),
+        tail=lambda connection, session_id, title: [
+            title,
+            db_value(ChatSession, "id", session_id, connection),
+        ],
+    )
+    read.rows(first.pk, 1), update.run(first.pk, "one"), read.rows(first.pk, 1)
+    assert python_calls_of(read.rows, second.pk, 1) <= 22
+    assert python_calls_of(update.run, second.pk, "two") <= 22
+    assert ChatSession.objects.get(pk=second.pk).title == "two"
+
+
 def test_a_compiled_insert_hands_on_the_values_its_fields_store_as_they_are(sessions):
     """A message's insert prepared each of its twelve fields through the field (`pre_save`,
     `get_db_prep_save`: ~100 Python calls) and made its instance from keywords: an integer, a

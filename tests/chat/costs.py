@@ -48,10 +48,10 @@ class Costs:
                 self.statements.append(sql[:80])
             return execute(cursor, sql, params, *ignored)
 
-        def counted_qmark_execute(cursor, sql, params, *ignored):
+        def counted_qmark_execute(cursor, sql, params, *ignored, **result):
             with self._lock:
                 self.statements.append(sql[:80])
-            return qmark_execute(cursor, sql, params, *ignored)
+            return qmark_execute(cursor, sql, params, *ignored, **result)
 
         def counted(compile_sql):
             def counted_compile(compiler, *args, **kwargs):
