@@ -177,14 +177,16 @@ def turn_begin(*, session_id: object, count: int | None = None) -> int:
         return session.turn_count
 
 
-def session_turn_facts(*, session_id: object) -> tuple[int, bool]:
-    """(turn_count, whether the session has a title), in one read: a new message's turn
-    needs both (the repair's first turn and the numbering; the title from its first message)."""
+def session_turn_facts(*, session_id: object) -> tuple[int, bool, bool]:
+    """(turn_count, whether the session has a title, whether a pause of it is open), in one
+    read: a new message's turn needs them all (the repair's first turn and the numbering; the
+    title from its first message; the pauses it sets aside, usually none: two reads of their
+    own before)."""
     rows = _TURN_FACTS.rows(session_id)
     if not rows:
         raise ChatSession.DoesNotExist("ChatSession matching query does not exist.")
-    count, title = rows[0]
-    return count, bool(title)
+    count, title, approval_open, decision_open = rows[0]
+    return count, bool(title), bool(approval_open or decision_open)
 
 
 def _turn_number_update(session_id: object, count: int):
@@ -196,11 +198,20 @@ def _turn_number_tail(connection: Any, session_id: object, count: int) -> list[A
 
 
 def _turn_facts_query(session_id: object) -> models.QuerySet:
-    return ChatSession.objects.filter(pk=session_id).values_list("turn_count", "title")[:1]
+    def pending(model: type[Approval] | type[PendingDecision]) -> models.Exists:
+        return models.Exists(
+            model.objects.filter(session_id=models.OuterRef("pk"), status=model.Status.PENDING)
+        )
+
+    return (
+        ChatSession.objects.filter(pk=session_id)
+        .annotate(approval_open=pending(Approval), decision_open=pending(PendingDecision))
+        .values_list("turn_count", "title", "approval_open", "decision_open")[:1]
+    )
 
 
-# Every new message's turn reads the session's count and title, then numbers the turn (under
-# the claim, so the count read still holds): both compiled once per process.
+# Every new message's turn reads the session's count, title and open pauses, then numbers the
+# turn (under the claim, so the count read still holds): both compiled once per process.
 _TURN_FACTS = CompiledRead(
     build=_turn_facts_query,
     tail=lambda connection, session_id: [db_value(ChatSession, "id", session_id, connection)],
