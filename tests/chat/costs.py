@@ -6,8 +6,7 @@ thread, while a `Costs` lives (the patches go with the test's monkeypatch)."""
 
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import SyncToAsync
@@ -75,33 +74,37 @@ class Costs:
         return self.hops, self.trips, len(self.statements)
 
 
-@contextmanager
-def _calls_counted(builtins: bool) -> Iterator[list[int]]:
-    """The Python calls made on this thread while the block runs (and builtins' calls, with
-    `builtins`), in the list's one item."""
+def _counter(builtins: bool) -> tuple[Callable[..., None], list[int]]:
+    """A profile function that counts Python calls (and builtins' calls, with `builtins`)
+    into the list's one item. Callers set and unset it inline (`try`/`finally`): a context
+    manager's own exit would be counted with the work."""
     counted = ("call", "c_call") if builtins else ("call",)
     calls = [0]
 
     def count(frame, event, arg):
         calls[0] += event in counted
 
-    sys.setprofile(count)
-    try:
-        yield calls
-    finally:
-        sys.setprofile(None)
+    return count, calls
 
 
 async def python_calls(awaitable, *, builtins: bool = False) -> int:
     """The Python calls made on this thread while `awaitable` runs (and the calls of builtins,
     with `builtins`)."""
-    with _calls_counted(builtins) as calls:
+    count, calls = _counter(builtins)
+    sys.setprofile(count)
+    try:
         await awaitable
+    finally:
+        sys.setprofile(None)
     return calls[0]
 
 
 def python_calls_of(function: Callable[..., Any], /, *args: Any, **kwargs: Any) -> int:
     """The Python calls made while `function(*args, **kwargs)` runs (synchronous work)."""
-    with _calls_counted(False) as calls:
+    count, calls = _counter(False)
+    sys.setprofile(count)
+    try:
         function(*args, **kwargs)
+    finally:
+        sys.setprofile(None)
     return calls[0]
