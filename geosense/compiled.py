@@ -135,6 +135,17 @@ class _Plan:
 _ORM = object()  # a shape whose parameters did not match: it stays on the ORM
 
 
+def _same(ours: list[Any], theirs: list[Any]) -> bool:
+    """The same parameters, as Django would bind them. A JSON value's adapter (psycopg's
+    `Jsonb`, which Django binds on PostgreSQL) has no equality of its own: two are the same
+    when they hold the same value (every JSON parameter kept PostgreSQL's plans on the ORM)."""
+    return len(ours) == len(theirs) and all(
+        mine == their
+        or (type(mine) is type(their) and hasattr(mine, "obj") and mine.obj == their.obj)
+        for mine, their in zip(ours, theirs, strict=True)
+    )
+
+
 class _Compiled:
     """What a compiled read and a compiled update share: the queryset's definition (`build`),
     how its last parameters are made (`tail`), what changes its SQL's text (`shape`), and the
@@ -201,7 +212,7 @@ class CompiledRead(_Compiled):
         sql, compiled = compiler.as_sql()
         tail = list(self.tail(connection, *args))
         head = list(compiled)[: len(compiled) - len(tail)]
-        if list(compiled)[len(head) :] == tail:
+        if _same(list(compiled)[len(head) :], tail):
             columns = [select[0] for select in compiler.select[: compiler.col_count]]
             converters = compiler.get_converters(columns)
             plan: _Plan | object = _Plan(
@@ -273,7 +284,7 @@ class CompiledUpdate(_Compiled):
         query.add_update_values(values)
         query.annotations = {}
         sql, compiled = query.get_compiler(queryset.db).as_sql()
-        if list(compiled) == list(self.tail(connection, *args)):
+        if _same(list(compiled), list(self.tail(connection, *args))):
             plan: tuple[str, str | None] | object = (sql, qmark_form(connection, sql))
         else:
             logger.warning("compiled update %s stays on the ORM: its parameters differ", key)
@@ -424,7 +435,7 @@ class CompiledInsert:
         plan: _InsertPlan | object = _ORM
         if (
             len(ran) == 1
-            and list(ran[0][1] or ()) == expected
+            and _same(list(ran[0][1] or ()), expected)
             and meta.db_returning_fields == [meta.pk]
         ):
             sql = ran[0][0]

@@ -122,3 +122,26 @@ async def test_turns_and_requests_leave_no_database_connection_open(cluster, sca
             "SELECT application_name, state, query FROM pg_stat_activity WHERE datname = 'geosense'"
         )
         await asyncio.sleep(0.2)
+
+
+async def test_the_turn_engine_s_statements_keep_their_compiled_plans(cluster, scale_api, fake_llm):
+    """The engine's hot statements are compiled once per process (geosense/compiled.py), kept
+    only when Django binds the parameters the plan would: a JSON parameter (psycopg's `Jsonb`,
+    which has no equality of its own) kept the messages' insert and the repair's read on the
+    ORM on PostgreSQL, each logged as staying there."""
+    a, b = cluster.daphnes
+    session = await asyncio.to_thread(scale_api.session_create, a.url, allow_backend_tools=True)
+    for n in range(2):
+        fake_llm.reply_tool_calls([(f"plan{n}", "list_classes", {})])
+        fake_llm.reply_text("Listed.")
+        out = await asyncio.to_thread(scale_api.say, (a, b)[n % 2].url, session, "classes?")
+        assert out.message["content"] == "Listed."
+    assert not any("stays on the ORM" in daphne.log() for daphne in cluster.daphnes)
+    rows = cluster.sql(
+        "SELECT role, turn, tool_calls FROM chat_message WHERE session_id = %s ORDER BY id",
+        (session,),
+    )
+    assert [(role, turn) for role, turn, _ in rows] == [
+        (role, turn) for turn in (1, 2) for role in ("user", "assistant", "tool", "assistant")
+    ]
+    assert rows[1][2][0]["name"] == "list_classes" and rows[2][2] == []
