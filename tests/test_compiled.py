@@ -153,8 +153,8 @@ def test_a_compiled_statement_reads_its_answer_in_few_python_calls(sessions):
     its answer was fetched through Django's cursor, which made and called an error wrapper
     for each fetch, a write outside a transaction ran under the context manager that marks
     one for rollback, and its parameters' fields were looked up at every call (issue 15:
-    ~25 statements a turn on the engine's one database thread): 28 Python calls for this
-    read and for this update before, 20 after."""
+    ~25 statements a turn on the engine's one database thread): 26 Python calls for this
+    read and for this update before, 18 after."""
     first, second = sessions
     read = CompiledRead(
         build=_query,
@@ -184,7 +184,7 @@ def test_a_compiled_insert_hands_on_the_values_its_fields_store_as_they_are(sess
     """A message's insert prepared each of its twelve fields through the field (`pre_save`,
     `get_db_prep_save`: ~100 Python calls) and made its instance from keywords: an integer, a
     flag or text without a NUL is stored as it is given, so it is handed on as it is, and the
-    instance is made from the values in order (150 Python calls for this insert before, 69
+    instance is made from the values in order (150 Python calls for this insert before, 67
     after; issue 15). A value of another kind is still prepared by its field, as the ORM
     prepares it."""
     first, _ = sessions

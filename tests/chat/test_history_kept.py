@@ -226,7 +226,7 @@ def test_a_step_walks_its_kept_rows_without_a_python_call_for_each():
         calls[length] = python_calls_of(
             history_window, session_id=session.session.pk, budget=100_000
         )
-    assert calls[10] < 250, calls  # 320 before
+    assert calls[10] < 250, calls  # 318 before
     assert calls[40] - calls[10] <= 35, calls  # 390 before
 
 
