@@ -176,12 +176,16 @@ class AuthenticationMiddleware(AsyncNative, auth_middleware.AuthenticationMiddle
     """Django's lazy `request.user` and `request.auser()`, holding the request through a weak
     proxy (Django's closures over the request made a cycle of each cookie request).
 
-    A request with a bearer token gets neither: `BearerTokenMiddleware`, next in `MIDDLEWARE`
-    (tests/test_middleware.py holds the order), sets the token's user in their place or
-    answers the request itself, so Django's were made for nothing (~12 Python calls)."""
+    A request with a bearer token gets neither when `BearerTokenMiddleware` is the next layer
+    (it says so: `decides_token_user`): it sets the token's user in their place or answers the
+    request itself, so Django's were made for nothing (~12 Python calls)."""
+
+    def __init__(self, get_response) -> None:
+        super().__init__(get_response)
+        self.token_user_next = getattr(get_response, "decides_token_user", False)
 
     def process_request(self, request: HttpRequest) -> None:
-        if bearer_token(request) is not None:
+        if self.token_user_next and bearer_token(request) is not None:
             return
         super().process_request(request)  # Django's check that sessions come first
         weak = weakref.proxy(request)

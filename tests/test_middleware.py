@@ -4,6 +4,7 @@ the chain, and answers equal to those of Django's own chain, middleware by middl
 `MIDDLEWARE` lists them (Django's `ASGIHandler`, each sync middleware in a thread)."""
 
 import asyncio
+import gc
 import re
 import sys
 import threading
@@ -14,8 +15,13 @@ from asgiref.testing import ApplicationCommunicator
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
+from django.core.handlers.exception import convert_exception_to_response
+from django.http import HttpRequest, HttpResponse
+from django.utils.functional import SimpleLazyObject
 
 import chat.api
+from geosense import middleware
+from geosense.accounts.middleware import BearerTokenMiddleware
 from geosense.asgi import django_asgi_app
 from geosense.wire import TurnEvent
 from tests.test_handler import Browser, _scope, someone
@@ -65,6 +71,7 @@ async def chain_calls(scope: dict, body: bytes) -> Counter:
 
     app = ApplicationCommunicator(django_asgi_app, scope)
     await app.send_input({"type": "http.request", "body": body})
+    gc.disable()  # a collection's finalizers would count in whichever layer runs then
     sys.setprofile(count)
     try:
         assert (await app.receive_output(10))["type"] == "http.response.start"
@@ -73,6 +80,7 @@ async def chain_calls(scope: dict, body: bytes) -> Counter:
         await app.wait(5)
     finally:
         sys.setprofile(None)
+        gc.enable()
     return calls
 
 
@@ -188,8 +196,30 @@ async def test_each_answer_is_djangos_own_chains(quick_turns):
         assert ours == theirs, (method, path, headers)
 
 
-def test_the_bearer_tokens_middleware_comes_right_after_djangos_authentication():
-    """The authentication twin leaves a request with a bearer token to it (geosense/middleware.py):
-    nothing between them may read the user."""
+def test_a_bearer_request_has_its_user_set_by_the_token_alone_only_where_it_comes_next():
+    """The authentication twin leaves a request with a bearer token's user to
+    `BearerTokenMiddleware` only when that is the next layer: in another chain (a settings
+    variant without it, or with a layer between them) the request gets Django's lazy user, as
+    it did from Django's own middleware."""
     auth = settings.MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
     assert settings.MIDDLEWARE[auth + 1] == "geosense.accounts.middleware.BearerTokenMiddleware"
+
+    async def view(request):
+        return HttpResponse()
+
+    def request_by_token():
+        request = HttpRequest()
+        request.META["HTTP_AUTHORIZATION"] = "Bearer gs_some"
+        request.session = SimpleLazyObject(dict)
+        return request
+
+    elsewhere = request_by_token()
+    middleware.AuthenticationMiddleware(convert_exception_to_response(view)).process_request(
+        elsewhere
+    )
+    assert hasattr(elsewhere, "user") and hasattr(elsewhere, "auser")
+
+    before_the_token = request_by_token()
+    token_next = convert_exception_to_response(BearerTokenMiddleware(view))
+    middleware.AuthenticationMiddleware(token_next).process_request(before_the_token)
+    assert not hasattr(before_the_token, "user")

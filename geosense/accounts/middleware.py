@@ -124,6 +124,9 @@ def BearerTokenMiddleware(get_response):
                 _apply(request, user)
             return get_response(request)
 
+    # For the layer before it (the authentication twin, geosense/middleware.py), through
+    # Django's wrapper of each layer, which copies a layer's attributes (`functools.wraps`).
+    middleware.decides_token_user = True
     return middleware
 
 
