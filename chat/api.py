@@ -30,6 +30,7 @@ from tools.schemas import CheckTooCostly, checked_inline, json_depth_exceeds
 
 from . import selectors, services
 from .approvals import AnswerInvalid, PauseConflict, PauseNotFound
+from .events import EventFeed
 from .models import ChatSession
 from .turns import (
     ApprovalAnswer,
@@ -263,10 +264,9 @@ async def artifact_detail(request: HttpRequest, session_id, artifact_id: str) ->
 # --- turns as Server-Sent Events -------------------------------------------------------------
 
 
-def _drained(queue: "asyncio.Queue[TurnEvent]", frames: list[str]) -> bool:
-    """Add the frames of the events queued now to `frames`, up to `turn_end`; whether it came."""
-    while not queue.empty():
-        event = queue.get_nowait()
+def _framed(events: list[TurnEvent], frames: list[str]) -> bool:
+    """Add the events' frames to `frames`, up to `turn_end`; whether it came."""
+    for event in events:
         frames.append(sse_frame(event))
         if event.event == "turn_end":
             return True
@@ -277,30 +277,32 @@ async def _follow(prepared: PreparedTurn) -> AsyncIterator[bytes]:
     """Stream a turn's events. The turn is a task of its own: if this client goes away,
     Django cancels this iterator and the turn still runs to its end and is stored.
 
-    The events queued by the time this stream runs go out as one chunk: each chunk is a trip
+    The events emitted by the time this stream runs go out as one chunk: each chunk is a trip
     through Django's response, Daphne and the socket, and under load several events of a
     turn wait together (the same bytes either way). The first chunk, `: ok`, waits for the
     turn's first step (one round of the loop, until its first wait) and takes its
     `turn_start` along. Chunks are bytes, encoded here: a text chunk has Django's response look
-    up its charset each time (the Content-Type header, a regex, the settings)."""
-    queue: asyncio.Queue[TurnEvent] = asyncio.Queue()
-    task = turn_launch(prepared, listener=queue.put_nowait)
-    await asyncio.sleep(0)
-    frames = [": ok\n\n"]
-    ended = _drained(queue, frames)
-    yield "".join(frames).encode()
-    while not ended:
-        try:
-            async with asyncio.timeout(KEEPALIVE_SECONDS):  # no task per event, as wait_for's
-                event = await queue.get()
-        except TimeoutError:
-            if task.done() and queue.empty():
-                return
-            yield b": keep-alive\n\n"
-            continue
-        frames = [sse_frame(event)]
-        ended = event.event == "turn_end" or _drained(queue, frames)
+    up its charset each time (the Content-Type header, a regex, the settings). A keep-alive
+    comment goes out after `KEEPALIVE_SECONDS` without an event (`EventFeed`)."""
+    feed = EventFeed(idle=KEEPALIVE_SECONDS)
+    try:
+        task = turn_launch(prepared, listener=feed.put)
+        await asyncio.sleep(0)
+        frames = [": ok\n\n"]
+        ended = _framed(feed.taken_now(), frames)
         yield "".join(frames).encode()
+        while not ended:
+            events = await feed.taken()
+            if not events:
+                if task.done():
+                    return
+                yield b": keep-alive\n\n"
+                continue
+            frames = []
+            ended = _framed(events, frames)
+            yield "".join(frames).encode()
+    finally:
+        feed.close()
 
 
 class _EventStream(StreamingHttpResponse):

@@ -145,6 +145,61 @@ def session_socket_detach(session_id: object, channel_name: str) -> None:
         _local.pop(group, None)
 
 
+class EventFeed:
+    """A turn's events for one SSE stream, in the order emitted: `put` is the turn's listener,
+    `taken_now` and `taken` hand the stream what was put since it last took.
+
+    The stream read an `asyncio.Queue` within an `asyncio.timeout` (its keep-alive) for every
+    event: the queue's put, get and wake-up and the timeout's context and timer, ~28 Python
+    calls an event on the loop. Here a list, one waiter, and one keep-alive timer for the whole
+    stream: when it fires, it wakes the waiting reader only if nothing was taken for `idle`
+    seconds, and is set again for when that would be. `close` stops it (the stream's end)."""
+
+    def __init__(self, *, idle: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._events: list[TurnEvent] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._idle = idle
+        self._taken_at = time.monotonic()  # the loop's clock (`loop.time()`), without its call
+        self._timer = self._loop.call_at(self._taken_at + idle, self._keepalive_due)
+
+    def put(self, event: TurnEvent) -> None:
+        self._events.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def taken_now(self) -> list[TurnEvent]:
+        """The events put since the last take, none waited for."""
+        events, self._events = self._events, []
+        self._taken_at = time.monotonic()
+        return events
+
+    async def taken(self) -> list[TurnEvent]:
+        """The events put since the last take, waiting for one if there are none; none when
+        `idle` seconds pass without any (a keep-alive is due)."""
+        if not self._events:
+            self._waiter = asyncio.Future(loop=self._loop)
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self.taken_now()
+
+    def _keepalive_due(self) -> None:
+        due = self._taken_at + self._idle
+        now = time.monotonic()
+        if now >= due:
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+            due = now + self._idle
+        self._timer = self._loop.call_at(due, self._keepalive_due)
+
+    def close(self) -> None:
+        self._timer.cancel()
+
+
 @dataclass
 class EventSink:
     """Where one turn's events go: local listeners first, then the session's sockets.

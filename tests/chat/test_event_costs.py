@@ -2,10 +2,12 @@
 a turn emits ~6 events): handed to the turn's SSE stream and to a socket of the session bound
 in this process, counted in Python calls, so that a change that adds work per event shows."""
 
+import asyncio
 import json
 
 import pytest
 
+from chat import services
 from chat.events import EventSink
 from geosense import wire
 from tests.chat.costs import python_calls
@@ -43,3 +45,89 @@ async def test_an_event_costs_the_loop_few_python_calls_for_its_stream_and_socke
     # id written out and its group and the layer found for every event; 41 now, 10 of them the
     # test socket's queue (Daphne's send, in the server).
     assert calls <= 44, calls
+
+
+async def _streamed(
+    client, caller, monkeypatch, *, deltas: int, pause: float = 0.0, end: bool = True
+) -> list[str]:
+    """The chunks of a streamed turn whose engine emits `deltas` text deltas, one a loop round
+    (or `pause` seconds) apart, then `turn_end` (unless not `end`)."""
+    import chat.api
+
+    def launch(prepared, *, listener):
+        async def turn():
+            listener(wire.turn_start(session=caller.session.pk, turn=1))
+            for i in range(deltas):
+                await asyncio.sleep(pause)
+                listener(wire.text_delta(f"{i} "))
+            await asyncio.sleep(pause)
+            if end:
+                listener(wire.turn_end())
+
+        return asyncio.create_task(turn())
+
+    monkeypatch.setattr(chat.api, "turn_launch", launch)
+    response = await client.post(
+        caller.url("/message/stream"),
+        data=json.dumps({"text": "hi"}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {caller.token}"},
+    )
+    try:
+        return [chunk.decode() async for chunk in response.streaming_content]
+    finally:
+        await asyncio.to_thread(services.session_release, session_id=caller.session.pk)
+
+
+async def test_a_streamed_event_costs_the_loop_few_python_calls(
+    client, trusted_caller, monkeypatch
+):
+    """The stream read an `asyncio.Queue` within an `asyncio.timeout` (its keep-alive) for
+    every event: ~28 Python calls an event for the queue's put, get and wake-up and the
+    timeout's context and timer; now a list, one waiter, one keep-alive timer a stream."""
+
+    async def calls(deltas: int) -> int:
+        counted = 0
+
+        async def stream() -> None:
+            nonlocal counted
+            counted = await python_calls(
+                _streamed(client, trusted_caller, monkeypatch, deltas=deltas)
+            )
+
+        await stream()
+        return counted
+
+    few, many = min([await calls(2) for _ in range(3)]), min([await calls(22) for _ in range(3)])
+    per_event = (many - few) / 20
+
+    # ~82 before (the queue and the timeout), ~49 now: the turn's own step, the event's way
+    # through its sink, its frame, and the chunk through Django's test client.
+    assert per_event <= 55, per_event
+
+
+async def test_a_stream_sends_a_keep_alive_while_no_event_comes(
+    client, trusted_caller, monkeypatch
+):
+    import chat.api
+
+    monkeypatch.setattr(chat.api, "KEEPALIVE_SECONDS", 0.05)
+    chunks = await _streamed(client, trusted_caller, monkeypatch, deltas=1, pause=0.17)
+
+    assert chunks[0].startswith(": ok\n\nevent: turn_start\n")
+    assert ": keep-alive\n\n" in chunks
+    assert [c for c in chunks if c != ": keep-alive\n\n"][1:] == [
+        'event: text_delta\ndata: {"delta": "0 "}\n\n',
+        "event: turn_end\ndata: {}\n\n",
+    ]
+
+
+async def test_a_stream_whose_turn_ended_without_its_end_event_ends_at_its_keep_alive(
+    client, trusted_caller, monkeypatch
+):
+    import chat.api
+
+    monkeypatch.setattr(chat.api, "KEEPALIVE_SECONDS", 0.05)
+    chunks = await _streamed(client, trusted_caller, monkeypatch, deltas=0, end=False)
+
+    assert len(chunks) == 1 and chunks[0].startswith(": ok\n\nevent: turn_start\n")
