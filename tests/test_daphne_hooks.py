@@ -198,7 +198,7 @@ HEADERS = [
     (b"Cache-Control", b"no-cache"),
     (b"content-type", b"text/plain"),  # a second value of the same name
     ("X-Text", "caf\u00e9"),  # str name and value: Twisted's own path
-    (b"x-folded", b"a\r\n b\nc"),  # line breaks folded, by Twisted's own path
+    (b"x-folded", b"a\r\n b\nc"),  # line breaks folded as Twisted folds them
     (b"x-empty", b""),
     (b"www-authenticate", b"Bearer"),  # a name of Twisted's special cases
 ]
