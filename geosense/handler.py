@@ -173,17 +173,17 @@ class _RequestContext(ThreadSensitiveContext):
 # own at the request's end), and those of the request's context alone, run on the loop.
 _LANES_DO_THEIRS = frozenset({close_old_connections, reset_queries})
 _CONTEXT_ONLY = frozenset({close_caches, reset_urlconf})
+_DJANGOS_OWN = _LANES_DO_THEIRS | _CONTEXT_ONLY
 
 
 def _sync_receivers_known(signal: Signal, sender: type) -> list[Callable] | None:
     """The signal's receivers to run on the loop, if every receiver is one of Django's above;
-    None if any other is connected (or any async one)."""
+    None if any other is connected (or any async one). (Set operations and `filter`, not a
+    generator step a receiver: twice a request.)"""
     sync_receivers, async_receivers = signal._live_receivers(sender)
-    if async_receivers or any(
-        r not in _LANES_DO_THEIRS and r not in _CONTEXT_ONLY for r in sync_receivers
-    ):
+    if async_receivers or not _DJANGOS_OWN.issuperset(sync_receivers):
         return None
-    return [r for r in sync_receivers if r in _CONTEXT_ONLY]
+    return list(filter(_CONTEXT_ONLY.__contains__, sync_receivers))
 
 
 async def _signal_send(signal: Signal, sender: type, **named: Any) -> None:

@@ -470,6 +470,27 @@ async def test_a_receiver_of_the_apps_own_hears_each_request_begin_and_end_in_a_
     assert heard == [(request_started, False), (request_finished, False)]
 
 
+async def test_djangos_own_receivers_are_told_apart_without_a_python_step_each():
+    """Which of a request's begin and end receivers are Django's own was read by a generator
+    step a receiver and a list comprehension, twice a request."""
+    steps = []
+
+    def count(frame, event, arg):
+        code = frame.f_code
+        if event == "call" and code.co_filename.endswith("geosense/handler.py"):
+            steps.append(code.co_name)
+
+    sys.setprofile(count)
+    try:
+        answer = await call("GET", "/api/sessions")
+    finally:
+        sys.setprofile(None)
+
+    assert answer.status == 401
+    assert "_sync_receivers_known" in steps
+    assert "<genexpr>" not in steps and "<listcomp>" not in steps
+
+
 async def test_a_cookie_session_streams_with_its_csrf_token_and_is_refused_without(held_turns):
     _, _, session = await database_sync_to_async(someone)("alice")
     browser = Browser()
