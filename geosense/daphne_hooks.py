@@ -25,17 +25,24 @@ loop is taken from the turns' throughput. Each hook keeps the library's behaviou
   folds them: the same name, the same value. Anything else (a new name, a `str`) takes
   Twisted's own path.
 
-Written for Daphne 4.2.3 and Twisted 26.10.0: tests/test_daphne_hooks.py fails if the code they
-stand in for changes. `daphne_response_hooks()` installs them, once (geosense/asgi.py).
+Written for Daphne 4.2.3 and Twisted 26.10.0 (`WRITTEN_FOR`): with any other version installed
+they stay out (a warning says so), and tests/test_daphne_hooks.py fails if the code they stand
+in for changes. `daphne_response_hooks()` installs them, once (geosense/asgi.py).
 """
 
 import logging
 
+import daphne
+import twisted
 from daphne.http_protocol import logger as daphne_logger
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketProtocol
 from twisted.web import http_headers
 from twisted.web.http import Request
+
+WRITTEN_FOR = {"daphne": "4.2.3", "twisted": "26.10.0"}
+
+logger = logging.getLogger(__name__)
 
 _BODY = "http.response.body"
 _START = "http.response.start"
@@ -48,7 +55,7 @@ async def handle_reply(self, protocol, message) -> None:
     if connection is None or connection.get("disconnected"):
         return
     kind = message.get("type")
-    if kind == _BODY and message.get("more_body") and protocol._response_started:
+    if kind == _BODY and message.get("more_body") and getattr(protocol, "_response_started", False):
         if protocol.finished or protocol.channel is None:
             return  # as Daphne's request: a finished answer's messages are dropped
         Request.write(protocol, message.get("body", b""))
@@ -84,7 +91,16 @@ def _header_added(add_raw_header, canonical_names: dict):
 
 
 def daphne_response_hooks() -> None:
-    """Install the hooks (once: a second call changes nothing)."""
+    """Install the hooks (once: a second call changes nothing), if Daphne and Twisted are the
+    versions they were written for."""
+    installed = {"daphne": daphne.__version__, "twisted": twisted.__version__}
+    if installed != WRITTEN_FOR:
+        logger.warning(
+            "Daphne/Twisted response hooks not installed: written for %s, found %s",
+            WRITTEN_FOR,
+            installed,
+        )
+        return
     if Server.handle_reply is not handle_reply:
         handle_reply.__wrapped__ = Server.handle_reply
         Server.handle_reply = handle_reply

@@ -237,3 +237,33 @@ def test_the_hooks_are_installed_once():
 
     assert Server.handle_reply is handle_reply
     assert http_headers.Headers.addRawHeader is add_raw_header
+
+
+def test_the_hooks_stay_out_of_a_daphne_they_were_not_written_for(monkeypatch, caplog):
+    import daphne
+
+    from geosense.daphne_hooks import daphne_response_hooks
+
+    daphnes, twisteds = Server.handle_reply.__wrapped__, Headers.addRawHeader.__wrapped__
+    monkeypatch.setattr(Server, "handle_reply", daphnes)
+    monkeypatch.setattr(Headers, "addRawHeader", twisteds)
+    monkeypatch.setattr(daphne, "__version__", "4.3.0")
+
+    daphne_response_hooks()
+
+    assert Server.handle_reply is daphnes and Headers.addRawHeader is twisteds
+    assert "not installed" in caplog.text and "4.3.0" in caplog.text
+
+
+def test_a_body_message_to_a_socket_is_its_protocols_to_refuse(monkeypatch):
+    """Daphne hands any message but a start to the protocol: a body message sent to a socket
+    reaches the socket's `handle_reply` (which ignores it) rather than failing on the way."""
+    socket = WebSocketProtocol.__new__(WebSocketProtocol)
+    messages: list[dict] = []
+    monkeypatch.setattr(WebSocketProtocol, "handle_reply", lambda _s, m: messages.append(m))
+    server = Server.__new__(Server)
+    server.connections = {socket: {}}
+
+    _send(server, socket, BODY)
+
+    assert messages == [BODY]
