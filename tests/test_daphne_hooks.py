@@ -4,7 +4,6 @@ Daphne and Twisted with fewer Python calls, and the same bytes."""
 import hashlib
 import inspect
 import logging
-import sys
 
 import pytest
 from daphne.http_protocol import WebRequest
@@ -14,7 +13,7 @@ from twisted.web import http, http_headers
 from twisted.web.http_headers import Headers, InvalidHeaderName
 
 import geosense.asgi  # noqa: F401  (the process's set-up, as Daphne imports it)
-from tests.test_layers import _Channel
+from tests.daphne_probe import Channel, functions_called
 
 BODY = {"type": "http.response.body", "body": b"event: x\n\n", "more_body": True}
 
@@ -33,9 +32,9 @@ ASSUMED_SOURCES = {
 }
 
 
-def _request_started() -> tuple[Server, WebRequest, _Channel]:
+def _request_started() -> tuple[Server, WebRequest, Channel]:
     """A Daphne server and a request whose streamed answer has started (headers, `: ok`)."""
-    channel = _Channel()
+    channel = Channel()
     request = WebRequest(channel)
     request.clientproto, request.method = b"HTTP/1.1", b"POST"
     server = Server.__new__(Server)
@@ -53,19 +52,9 @@ def _send(server: Server, request: WebRequest, message: dict) -> None:
 def _calls(action) -> list[str]:
     """The Python functions of Daphne, Twisted, logging and the hooks that run while `action()`
     runs."""
-    calls: list[str] = []
-    where = ("/daphne/", "/twisted/", "/logging/", "geosense/daphne_hooks.py")
-
-    def count(frame, event, arg):
-        if event == "call" and any(part in frame.f_code.co_filename for part in where):
-            calls.append(frame.f_code.co_name)
-
-    sys.setprofile(count)
-    try:
-        action()
-    finally:
-        sys.setprofile(None)
-    return calls
+    return functions_called(
+        action, where=("/daphne/", "/twisted/", "/logging/", "geosense/daphne_hooks.py")
+    )
 
 
 def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
@@ -129,7 +118,7 @@ def test_a_chunk_for_a_closed_answer_is_dropped_as_daphne_drops_it(closed):
 
 
 def test_a_chunk_before_the_start_is_refused_as_daphne_refuses_it():
-    request = WebRequest(_Channel())
+    request = WebRequest(Channel())
     server = Server.__new__(Server)
     server.connections = {request: {}}
 
@@ -175,7 +164,7 @@ def test_a_sockets_frame_goes_to_its_protocol_without_the_start_check_or_a_pytho
 def test_a_start_with_a_header_not_in_bytes_is_answered_500_and_refused_as_daphne_does(
     monkeypatch,
 ):
-    request = WebRequest(_Channel())
+    request = WebRequest(Channel())
     server = Server.__new__(Server)
     server.connections = {request: {}}
     errors: list[tuple] = []

@@ -11,6 +11,7 @@ from twisted.web import http
 import geosense.asgi  # noqa: F401  (the process's set-up, as Daphne imports it)
 from geosense.layers import LISTEN_BACKLOG
 from tests.autobahn_socket import socket_opened
+from tests.daphne_probe import Channel, functions_called
 
 
 @contextmanager
@@ -77,27 +78,6 @@ def test_a_sequence_written_to_an_idle_connection_is_sent_at_once_in_one_send(qu
         assert theirs.recv(64) == queued + b"5\r\nevent\r\n"
 
 
-class _Channel:
-    """What a Daphne request needs of its HTTP channel; what it writes goes to `written`."""
-
-    factory = type("Factory", (), {"server": type("Server", (), {"server_name": "daphne"})()})()
-    factory.server.protocol_connected = lambda request: None
-    transport = None
-
-    def __init__(self) -> None:
-        self.written: list = []
-        self.writeSequence = self.written.append
-
-    def writeHeaders(self, *status_and_headers):
-        self.written.append(status_and_headers)
-
-    def getPeer(self):
-        return None
-
-    def getHost(self):
-        return None
-
-
 def test_daphnes_requests_leave_form_bodies_to_django(monkeypatch):
     """Twisted parsed every form POST's `Content-Type` (through `email`) and its body into
     `args` on the event loop, a multipart body whole, before Django's limits; Daphne never
@@ -108,7 +88,7 @@ def test_daphnes_requests_leave_form_bodies_to_django(monkeypatch):
     monkeypatch.setattr(http, "_parseContentType", lambda line: parsed.append(line) or b"")
 
     body = b"--b\r\nContent-Disposition: form-data; name=x\r\n\r\n1\r\n--b--\r\n"
-    request = WebRequest(_Channel())
+    request = WebRequest(Channel())
     processed = []
     request.process = lambda: processed.append(request.content.read())
     request.requestHeaders.setRawHeaders(b"content-type", [b"multipart/form-data; boundary=b"])
@@ -123,18 +103,7 @@ def test_daphnes_requests_leave_form_bodies_to_django(monkeypatch):
 
 def _layers_calls(action) -> list[str]:
     """The Python functions of geosense/layers.py that run while `action()` runs."""
-    calls: list[str] = []
-
-    def count(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.endswith("geosense/layers.py"):
-            calls.append(frame.f_code.co_name)
-
-    sys.setprofile(count)
-    try:
-        action()
-    finally:
-        sys.setprofile(None)
-    return calls
+    return functions_called(action, where=("geosense/layers.py",))
 
 
 def test_a_sequence_is_checked_and_sent_without_a_python_call_per_piece():
@@ -172,7 +141,7 @@ def test_a_response_message_through_daphne_takes_no_deprecation_proxy_or_python_
     from daphne.http_protocol import WebRequest
     from daphne.server import Server
 
-    channel = _Channel()
+    channel = Channel()
     request = WebRequest(channel)
     request.clientproto, request.method = b"HTTP/1.1", b"POST"
     server = Server.__new__(Server)
@@ -215,7 +184,7 @@ def test_twisteds_access_line_is_made_only_where_daphne_keeps_twisteds_log(verbo
     from daphne.http_protocol import HTTPFactory, WebRequest
     from twisted.python import log
 
-    channel = _Channel()
+    channel = Channel()
     channel.factory.server.verbosity = verbosity
     factory = HTTPFactory(channel.factory.server)
     factory.startFactory()
