@@ -53,14 +53,11 @@ from chat.agents import agent_code_import  # noqa: E402
 get_resolver().url_patterns  # noqa: B018
 agent_code_import()
 
-from geosense.layers import daphne_connection_tweaks  # noqa: E402
+from geosense.daphne_hooks import daphne_hooks_install  # noqa: E402
 
-daphne_connection_tweaks()
-
-from geosense.daphne_hooks import daphne_response_hooks  # noqa: E402
-
-# A streamed answer's chunks and every answer's headers with fewer Python calls (daphne_hooks.py).
-daphne_response_hooks()
+# Daphne's, Twisted's and autobahn's work for a connection, an answer and a frame, with fewer
+# Python calls, and Daphne's listen backlog (geosense/daphne_hooks.py).
+daphne_hooks_install()
 
 application = ProtocolTypeRouter(
     {

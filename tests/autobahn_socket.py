@@ -1,5 +1,5 @@
 """An autobahn server-side WebSocket over Twisted's in-memory transport, its handshake done:
-for the tests that count what a frame sent or received costs (test_layers.py,
+for the tests that count what a frame sent or received costs (test_daphne_hooks.py,
 chat/test_socket_costs.py)."""
 
 from autobahn.twisted.websocket import WebSocketServerFactory, WebSocketServerProtocol

@@ -3,13 +3,13 @@
 Daphne listens through Twisted's endpoint strings, whose listen backlog is 50: the kernel
 dropped the SYNs of a burst beyond that while the event loop was busy (200 users' turns ending
 together, each posting its next message on a new connection), and each dropped client waited
-TCP's 1 s retransmission before it connected (geosense/layers.py `LISTEN_BACKLOG`).
+TCP's 1 s retransmission before it connected (geosense/daphne_hooks.py `LISTEN_BACKLOG`).
 """
 
 import os
 import signal
 
-from geosense.layers import LISTEN_BACKLOG
+from geosense.daphne_hooks import LISTEN_BACKLOG
 from tests.browser.daphne_server import DaphneServers
 from tests.burst import connects_completed
 
