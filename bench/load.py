@@ -164,6 +164,7 @@ async def turn_post(port: int, token: str, session: str, text: str, level: Level
     except OSError:
         level.http_errors += 1
         return
+    connected = time.monotonic()
     try:
         writer.write(
             (
@@ -214,6 +215,7 @@ async def turn_post(port: int, token: str, session: str, text: str, level: Level
                 level.traces.append(
                     {
                         "posted": started,
+                        "connected": connected,
                         "status": answered_at,
                         "first_event": first_event,
                         "tool_call": tool_seen,
@@ -661,8 +663,9 @@ def main() -> None:
     parser.add_argument(
         "--trace",
         type=Path,
-        help="append each finished turn's moments here (JSON lines: posted, status, first_event, "
-        "tool_call, model_after_tool, ended; seconds on the machine's monotonic clock)",
+        help="append each finished turn's moments here (JSON lines: posted, connected, status, "
+        "first_event, tool_call, model_after_tool, ended; seconds on the machine's monotonic "
+        "clock)",
     )
     parser.add_argument("--fake", help=argparse.SUPPRESS)
     args = parser.parse_args()
