@@ -41,8 +41,8 @@ Connections:
   what the loop has accepted so far (200 users' turns ending together, each posting its next
   message on a new connection; a restart under open pages) overflowed the kernel's accept
   queue, which dropped the extra SYNs, and each such client connected again only after TCP's
-  1 s retransmission (3 s for a second drop). At 200 users back to back a run counted ~450
-  overflows and 200 SYN retransmissions, a second added to one turn in five. An endpoint
+  1 s retransmission (3 s for a second drop): at 500 users back to back 36 of 1,166 turns'
+  connections took 1.03 s (docs/benchmarks.md, session 28's end). An endpoint
   that names no backlog now gets `LISTEN_BACKLOG` (uvicorn's and gunicorn's default; Linux
   caps it at `net.core.somaxconn`, 4096 since 5.4); one that names its own keeps it.
 
