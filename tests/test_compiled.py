@@ -29,6 +29,32 @@ def _query(session_id, turn):
     )
 
 
+def _turn_read(**options) -> CompiledRead:
+    """A turn's messages of a session, compiled (`_query`)."""
+    return CompiledRead(
+        build=_query,
+        tail=lambda connection, session_id, turn: [
+            db_value(Message, "session", session_id, connection),
+            turn,
+        ],
+        **options,
+    )
+
+
+def _title_update() -> CompiledUpdate:
+    """A session's title set, compiled."""
+    return CompiledUpdate(
+        build=lambda session_id, title: (
+            ChatSession.objects.filter(pk=session_id),
+            {"title": title},
+        ),
+        tail=lambda connection, session_id, title: [
+            title,
+            db_value(ChatSession, "id", session_id, connection),
+        ],
+    )
+
+
 def _compiles(monkeypatch) -> list[int]:
     counted: list[int] = []
     real = sql_compiler.SQLCompiler.as_sql
@@ -156,24 +182,8 @@ def test_a_compiled_statement_reads_its_answer_in_few_python_calls(sessions):
     ~25 statements a turn on the engine's one database thread): 26 Python calls for this
     read and for this update before, 18 after."""
     first, second = sessions
-    read = CompiledRead(
-        build=_query,
-        tail=lambda connection, session_id, turn: [
-            db_value(Message, "session", session_id, connection),
-            turn,
-        ],
-        converted=False,
-    )
-    update = CompiledUpdate(
-        build=lambda session_id, title: (
-            ChatSession.objects.filter(pk=session_id),
-            {"title": title},
-        ),
-        tail=lambda connection, session_id, title: [
-            title,
-            db_value(ChatSession, "id", session_id, connection),
-        ],
-    )
+    read = _turn_read(converted=False)
+    update = _title_update()
     read.rows(first.pk, 1), update.run(first.pk, "one"), read.rows(first.pk, 1)
     assert python_calls_of(read.rows, second.pk, 1) <= 22
     assert python_calls_of(update.run, second.pk, "two") <= 22
@@ -227,23 +237,8 @@ def test_compiled_statements_hand_sqlite_their_text_converted_once(sessions, mon
     from django.test.utils import CaptureQueriesContext
 
     first, second = sessions
-    read = CompiledRead(
-        build=_query,
-        tail=lambda connection, session_id, turn: [
-            db_value(Message, "session", session_id, connection),
-            turn,
-        ],
-    )
-    update = CompiledUpdate(
-        build=lambda session_id, title: (
-            ChatSession.objects.filter(pk=session_id),
-            {"title": title},
-        ),
-        tail=lambda connection, session_id, title: [
-            title,
-            db_value(ChatSession, "id", session_id, connection),
-        ],
-    )
+    read = _turn_read()
+    update = _title_update()
     insert = CompiledInsert(Message)
     read.rows(first.pk, 1), update.run(first.pk, "one")
     insert.create(session_id=first.pk, turn=1, role="note", content="first")
