@@ -69,11 +69,13 @@ The response path:
   folds them: the same name, the same value. Anything else (a new name, a `str`) takes
   Twisted's own path.
 
-`daphne_hooks_install()` installs them, once (geosense/asgi.py). The listen backlog goes through
-Twisted's documented endpoint strings and is installed whatever the versions. The others are
-written for Daphne 4.2.3 and Twisted 26.10.0 (`WRITTEN_FOR`): with any other version installed
-they stay out (a warning says so), so an upgrade that skipped the suite runs the libraries' own
-code, and tests/test_daphne_hooks.py fails if the code they stand in for changes.
+`daphne_hooks_install()` installs them, once (geosense/asgi.py). Two are installed whatever the
+versions: the listen backlog (through Twisted's documented endpoint strings) and the form
+parsing switched off (an attribute Twisted's request reads; a bound on what a request may cost
+the loop, not a saving). The others are written for Daphne 4.2.3, Twisted 26.10.0 and autobahn
+26.10.2 (`WRITTEN_FOR`, the versions uv.lock pins): with any other version installed they stay
+out (a warning says so), so an upgrade that skipped the suite runs the libraries' own code, and
+tests/test_daphne_hooks.py fails if the code they stand in for changes.
 """
 
 import functools
@@ -81,6 +83,7 @@ import logging
 import pprint
 from collections.abc import Callable
 
+import autobahn
 import daphne
 import twisted
 from daphne.http_protocol import logger as daphne_logger
@@ -89,7 +92,7 @@ from daphne.ws_protocol import WebSocketProtocol
 from twisted.web import http_headers
 from twisted.web.http import Request
 
-WRITTEN_FOR = {"daphne": "4.2.3", "twisted": "26.10.0"}
+WRITTEN_FOR = {"daphne": "4.2.3", "twisted": "26.10.0", "autobahn": "26.10.2"}
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +159,12 @@ class _WhenWritten(functools.partial):
 def _when_written(text: Callable[..., str]) -> Callable[..., _WhenWritten]:
     """`text`, deferred until a log line that holds its result is formatted."""
     return functools.partial(_WhenWritten, text)
+
+
+def _timings_text(timings) -> str:
+    """autobahn's `Timings.__str__`, which formats through its module's `pformat`: made at
+    once, as before the deferred `pformat`."""
+    return pprint.pformat(timings._timings)
 
 
 def _idle(connection) -> bool:
@@ -263,9 +272,9 @@ def _with_backlog(server_from_string):
 
 
 def daphne_hooks_install() -> None:
-    """Install the hooks, once (a second call changes nothing): the listen backlog whatever
-    the versions, the others only on the versions they were written for (a warning
-    otherwise)."""
+    """Install the hooks, once (a second call changes nothing): the listen backlog and the form
+    parsing's switch whatever the versions, the others only on the versions they were written
+    for (a warning otherwise)."""
     from autobahn import util
     from autobahn.twisted import websocket
     from autobahn.websocket import protocol
@@ -276,14 +285,26 @@ def daphne_hooks_install() -> None:
 
     if not getattr(server.serverFromString, "with_backlog", False):
         server.serverFromString = _with_backlog(server.serverFromString)
-    installed = {"daphne": daphne.__version__, "twisted": twisted.__version__}
+    # Twisted's form parsing stays off whatever the versions (a security bound, not a saving: a
+    # multipart body parsed whole on the loop before any limit of Django's).
+    if not getattr(WebRequest.__init__, "without_form_parsing", False):
+        WebRequest.__init__ = _without_form_parsing(WebRequest.__init__)
+    installed = {
+        "daphne": daphne.__version__,
+        "twisted": twisted.__version__,
+        "autobahn": autobahn.__version__,
+    }
     if installed != WRITTEN_FOR:
         logger.warning(
-            "Daphne/Twisted hooks not installed: written for %s, found %s", WRITTEN_FOR, installed
+            "Daphne/Twisted/autobahn hooks not installed: written for %s, found %s",
+            WRITTEN_FOR,
+            installed,
         )
         return
     # Connections.
     protocol.pformat = _when_written(pprint.pformat)
+    # The module's one `pformat` that is not a log line's: its timings' text stays a text.
+    protocol.Timings.__str__ = _timings_text
     for module in (protocol, websocket):  # frames sent, frames received
         module.hltype = _when_written(util.hltype)
         module.hlval = _when_written(util.hlval)
@@ -291,8 +312,6 @@ def daphne_hooks_install() -> None:
         tcp.Connection.write = _sent_at_once(tcp.Connection.write)
     if not getattr(tcp.Connection.writeSequence, "sent_at_once", False):
         tcp.Connection.writeSequence = _sequence_sent_at_once(tcp.Connection.writeSequence)
-    if not getattr(WebRequest.__init__, "without_form_parsing", False):
-        WebRequest.__init__ = _without_form_parsing(WebRequest.__init__)
     if type(http_protocol.http) is _ModuleProxy:
         http_protocol.http = object.__getattribute__(http_protocol.http, "_module")
     WebRequest.__hash__ = object.__hash__

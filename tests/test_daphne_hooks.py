@@ -273,9 +273,12 @@ def test_the_hooks_are_installed_once():
     assert http_headers.Headers.addRawHeader is add_raw_header
 
 
-def test_the_hooks_stay_out_of_a_daphne_they_were_not_written_for(monkeypatch, caplog):
-    """All but the listen backlog, which goes through Twisted's documented endpoint strings."""
-    import daphne
+@pytest.mark.parametrize("library", ["daphne", "twisted", "autobahn"])
+def test_the_hooks_stay_out_of_a_library_they_were_not_written_for(monkeypatch, caplog, library):
+    """All but the listen backlog (through Twisted's documented endpoint strings) and the form
+    parsing's switch (an attribute Twisted's request reads)."""
+    import importlib
+
     from daphne import server
 
     from geosense.daphne_hooks import daphne_hooks_install
@@ -284,13 +287,14 @@ def test_the_hooks_stay_out_of_a_daphne_they_were_not_written_for(monkeypatch, c
     monkeypatch.setattr(Server, "handle_reply", daphnes)
     monkeypatch.setattr(Headers, "addRawHeader", twisteds)
     monkeypatch.setattr(server, "serverFromString", server.serverFromString.__wrapped__)
-    monkeypatch.setattr(daphne, "__version__", "4.3.0")
+    monkeypatch.setattr(importlib.import_module(library), "__version__", "99.0.0")
 
     daphne_hooks_install()
 
     assert Server.handle_reply is daphnes and Headers.addRawHeader is twisteds
-    assert "not installed" in caplog.text and "4.3.0" in caplog.text
+    assert "not installed" in caplog.text and "99.0.0" in caplog.text
     assert server.serverFromString(object(), "tcp:port=0")._backlog == LISTEN_BACKLOG
+    assert WebRequest.__init__.without_form_parsing
 
 
 def test_a_body_message_to_a_socket_is_its_protocols_to_refuse(monkeypatch):
@@ -430,10 +434,11 @@ def test_a_frame_sent_makes_its_unwritten_debug_text_without_a_python_call():
 
 
 def test_a_response_message_through_daphne_takes_no_deprecation_proxy_or_python_hash():
-    """Each chunk of a streamed answer went through Daphne's `Server.handle_reply`, which hashed
-    the request twice by a Python `__hash__`, and `WebRequest.handle_reply`, which looked up
-    `http.Request` through Twisted's deprecation proxy of the module (six Python calls): 13
-    Python calls in Daphne and Twisted a chunk, 5 now."""
+    """A response message on Daphne's own path (an answer's start and its last chunk; a middle
+    chunk takes `handle_reply`'s fast path, tested above) went through Daphne's
+    `Server.handle_reply`, which hashed the request twice by a Python `__hash__`, and
+    `WebRequest.handle_reply`, which looked up `http.Request` through Twisted's deprecation
+    proxy of the module (six Python calls): 13 Python calls in Daphne and Twisted, 5 now."""
     from daphne.http_protocol import WebRequest
     from daphne.server import Server
 
@@ -522,3 +527,13 @@ def test_an_endpoint_daphne_opens_gets_a_backlog_unless_it_names_one(description
 
     endpoint = server.serverFromString(object(), description)
     assert endpoint._backlog == backlog
+
+
+def test_autobahns_timings_still_read_as_text():
+    """The deferred `pformat` is for autobahn's log lines; its `Timings` formats through the
+    same module's `pformat` and must still give a text."""
+    from autobahn.websocket.protocol import Timings
+
+    timings = Timings()
+    timings.track("open")
+    assert isinstance(str(timings), str) and "open" in str(timings)
