@@ -300,3 +300,33 @@ def test_a_kept_cursor_leaves_no_statement_open(sessions):
     other.commit()
     other.close()
     assert title.rows(first.pk) == [("other",)]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("wrapped", [False, True], ids=["own path", "execute wrapper"])
+def test_a_compiled_write_that_fails_inside_atomic_marks_it_for_rollback(sessions, wrapped):
+    """A compiled write skips Django's rollback marker only outside a transaction: inside
+    `atomic()` a failing one leaves the block marked for rollback, on its own path and through
+    an execute wrapper, as the ORM's write does."""
+    from django.db import IntegrityError, connection, transaction
+    from django.db.transaction import TransactionManagementError
+
+    first, _ = sessions
+    insert = CompiledInsert(Message)
+    insert.create(session_id=first.pk, turn=1, role="tool", tool_call_id="dup")
+    insert.create(session_id=first.pk, turn=1, role="note", content="compiled")
+
+    def passed_on(execute, sql, params, many, context):
+        return execute(sql, params, many, context)
+
+    with transaction.atomic():
+        with pytest.raises(IntegrityError):
+            if wrapped:
+                with connection.execute_wrapper(passed_on):
+                    insert.create(session_id=first.pk, turn=1, role="tool", tool_call_id="dup")
+            else:
+                insert.create(session_id=first.pk, turn=1, role="tool", tool_call_id="dup")
+        assert connection.needs_rollback
+        with pytest.raises(TransactionManagementError):
+            ChatSession.objects.count()
+    assert Message.objects.filter(session_id=first.pk, tool_call_id="dup").count() == 1

@@ -53,7 +53,8 @@ async def test_a_turn_with_one_served_client_call_costs_few_pool_trips_and_state
     # window kept between steps, a step reading its new rows after a check of the kept ones,
     # and no lease renewal by a step whose claim was just taken or renewed: 31; the call's
     # result stored without a transaction around its one insert, and the lease renewed with
-    # it only when old: 29; the open pauses read with the session's count and title: 27). 7 trips until the call's result was stored by the next step's
+    # it only when old: 29; the open pauses read with the session's count and title: 27).
+    # 7 trips until the call's result was stored by the next step's
     # trip (the claim is released by the end's trip, after the answer's events: a new message
     # is refused until `turn_end`).
     assert trips <= 6, trips
