@@ -131,3 +131,38 @@ async def test_a_stream_whose_turn_ended_without_its_end_event_ends_at_its_keep_
     chunks = await _streamed(client, trusted_caller, monkeypatch, deltas=0, end=False)
 
     assert len(chunks) == 1 and chunks[0].startswith(": ok\n\nevent: turn_start\n")
+
+
+@pytest.mark.parametrize("left", ["while waiting", "at a chunk"])
+async def test_a_stream_its_client_left_leaves_no_keep_alive_timer(monkeypatch, left):
+    """Django cancels the stream's iterator when the client goes away (while it waits for an
+    event) or closes it (at a chunk): its feed's keep-alive timer goes with it, not left on
+    the loop for every stream ever cut."""
+    import chat.api
+
+    loop = asyncio.get_running_loop()
+
+    def launch(prepared, *, listener):
+        async def turn():
+            listener(wire.turn_start(session="s", turn=1))
+            await asyncio.sleep(0.3)
+            listener(wire.turn_end())
+
+        return asyncio.create_task(turn())
+
+    def keep_alive_timers() -> int:
+        return sum(1 for h in loop._scheduled if not h.cancelled() and "_keepalive_due" in repr(h))
+
+    monkeypatch.setattr(chat.api, "turn_launch", launch)
+    stream = chat.api._follow(None)
+    assert (await stream.__anext__()).startswith(b": ok")
+    if left == "while waiting":
+        waiting = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0.05)
+        assert keep_alive_timers() == 1
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    else:
+        await stream.aclose()
+    assert keep_alive_timers() == 0
