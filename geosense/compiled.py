@@ -115,12 +115,19 @@ def _qmark_execute(
     result: Callable[[Any], Any] | None = None,
 ):
     """`CursorWrapper._execute` for a statement already in SQLite's form; with `result`, what
-    it reads of the answer instead, under the same error translation."""
+    it reads of the answer instead, under the same error translation. Both of Django's checks
+    are entered only when they have work: the broken transaction's when one needs a rollback,
+    the error translation's when the statement raised (each a call or two of every statement,
+    ~25 a turn on the engine's one database thread)."""
     db = cursor.db
-    db.validate_no_broken_transaction()
-    with db.wrap_database_errors:
+    if db.needs_rollback:
+        db.validate_no_broken_transaction()
+    try:
         executed = sqlite3.Cursor.execute(cursor.cursor, sql, params)
         return executed if result is None else result(cursor.cursor)
+    except Exception:
+        with db.wrap_database_errors:
+            raise
 
 
 @dataclass(frozen=True)
