@@ -95,6 +95,15 @@ _close_agents_at_shutdown()
 # collector's to walk (a rebuilt index leaves the old one to it).
 gc.collect()
 gc.freeze()
+# And a young collection once 50,000 objects more were made than freed, not CPython's 700: at
+# 200 users a turn's objects (its requests, events, rows) mostly die by their counts before
+# that, and what the passes kept (in-flight turns) no longer filled the middle and full
+# generations, whose passes walk it again (the collector's CPU in a server's first 16 s at 200
+# users: 0.74 to 0.88 s before, 0.28 to 0.30 s after, ~3 % of the process's; docs/benchmarks.md).
+# The middle and full generations keep their thresholds: cycles are still collected, ten and a
+# hundred young passes apart.
+YOUNG_COLLECTION_THRESHOLD = 50_000  # net allocations between two young passes
+gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
 
 from geosense.annotations.spatial import spatial_backend  # noqa: E402
 
