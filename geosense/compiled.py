@@ -9,10 +9,11 @@ home, every database Django supports) and skips the build and compile after the 
 Each read says how the last of its SQL's parameters are made from its arguments (`tail`: the
 filters' values, prepared for the database); those before them (the selected expressions'
 constants, which differ between databases) are the first compile's. The first call of a shape
-(per database alias and vendor) runs the queryset through the ORM and keeps its SQL only if
+(per database alias and vendor) has the ORM compile the queryset and keeps its SQL only if
 Django's own parameters end with `tail`'s: a Django that compiles differently leaves that read
-on the ORM (logged once), never with values bound in the wrong places. Later calls run the kept
-SQL with those parameters and apply the converters the ORM would (JSON decoded, dates, etc.).
+on the ORM (logged once), never with values bound in the wrong places. Every call then runs the
+kept SQL with those parameters and applies the converters the ORM would (JSON decoded, dates,
+etc.).
 """
 
 import functools
@@ -178,9 +179,10 @@ class CompiledRead(_Compiled):
     `build(*args)`: the queryset (a `values_list`, sliced or not). `tail(connection, *args)`:
     the last of its parameters, in the SQL's order, prepared for `connection`. `shape(*args)`:
     whatever changes the SQL's text (an optional filter, the length of an `IN` list).
-    `converted=False`: after the first call, rows come as the database gives them (a read of
-    integers compared as they are, which the ORM would convert one row at a time); `raw`: the
-    positions in the row that come so (a JSON column's text, kept as a cache's key)."""
+    `converted=False`: rows come as the database gives them (a read of integers compared as
+    they are, which the ORM would convert one row at a time), and `convert(rows, *args)`
+    converts those the caller reads further (a check's new rows among its kept ones); `raw`:
+    the positions in the row that come so (a JSON column's text, kept as a cache's key)."""
 
     def __init__(
         self, *, converted: bool = True, raw: Collection[int] = (), **compiled: Any
@@ -199,21 +201,22 @@ class CompiledRead(_Compiled):
             return [tuple(row) for row in self.build(*args)]
         params = [*plan.head, *self.tail(connection, *args)]
         rows = statement_run(connection, plan.sql, plan.qmark, params, FETCH_ALL)
-        if not plan.converters:
+        if not self.converted or not plan.converters:
             return [tuple(row) for row in rows]
-        out = []
-        for row in rows:
-            row = list(row)
-            for position, converters, expression in plan.converters:
-                value = row[position]
-                for converter in converters:
-                    value = converter(value, expression, connection)
-                row[position] = value
-            out.append(tuple(row))
-        return out
+        return _rows_converted(plan, rows, connection)
+
+    def convert(self, rows: list[tuple[Any, ...]], *args: Any) -> list[tuple[Any, ...]]:
+        """Rows of a `converted=False` read (with the arguments they were read with) as the ORM
+        gives them."""
+        connection = connections[DEFAULT_DB_ALIAS]
+        plan = self._plans.get((connection.alias, connection.vendor, self.shape(*args)))
+        if not isinstance(plan, _Plan) or not plan.converters:  # on the ORM: converted already
+            return rows
+        return _rows_converted(plan, rows, connection)
 
     def _first(self, key: Hashable, connection: Any, args: tuple[Any, ...]) -> list[tuple]:
-        """Through the ORM, keeping the SQL it ran when its parameters end with `tail`'s."""
+        """Compiled by the ORM, its SQL kept when its parameters end with `tail`'s (then run
+        as kept, else through the ORM)."""
         queryset = self.build(*args)
         compiler = queryset.query.get_compiler(using=queryset.db)
         sql, compiled = compiler.as_sql()
@@ -230,16 +233,30 @@ class CompiledRead(_Compiled):
                     (position, tuple(functions), expression)
                     for position, (functions, expression) in converters.items()
                     if position not in self.raw
-                )
-                if self.converted
-                else (),
+                ),
             )
         else:
             logger.warning("compiled read %s stays on the ORM: its parameters differ", key)
             plan = _ORM
         with self._lock:
             self._plans.setdefault(key, plan)
-        return [tuple(row) for row in queryset]
+        if plan is _ORM:
+            return [tuple(row) for row in queryset]
+        return self.rows(*args)  # as every later call gives them, values as it converts them
+
+
+def _rows_converted(plan: _Plan, rows: list[Any], connection: Any) -> list[tuple[Any, ...]]:
+    """Rows as the database gave them, with the plan's converters applied as the ORM does."""
+    out = []
+    for row in rows:
+        row = list(row)
+        for position, converters, expression in plan.converters:
+            value = row[position]
+            for converter in converters:
+                value = converter(value, expression, connection)
+            row[position] = value
+        out.append(tuple(row))
+    return out
 
 
 def model_columns(model: type[Model], *, through: str = "") -> list[str]:

@@ -100,6 +100,19 @@ def test_a_compiled_read_runs_its_kept_sql_with_new_values(sessions, monkeypatch
     assert builds == [] and compiles == [], "built or compiled again"
 
 
+def test_an_unconverted_read_gives_its_rows_as_stored_from_its_first_call(sessions):
+    """A read whose values come as the database gives them (the history's check) gives them
+    so from its first call, which the ORM compiles (it gave them converted, as the ORM runs
+    it, so a caller could not convert some of them later), and converts those its caller
+    reads further as the ORM does."""
+    first, _ = sessions
+    read = _turn_read(converted=False)
+    stored = read.rows(first.pk, 1)
+    assert read.rows(first.pk, 1) == stored
+    assert all(isinstance(calls, str) for _, _, calls in stored)  # the JSON's text
+    assert read.convert(stored, first.pk, 1) == [tuple(r) for r in _query(first.pk, 1)]
+
+
 def test_a_read_whose_parameters_differ_stays_on_the_orm(sessions, caplog):
     builds: list[object] = []
     build = _recorded(builds)
