@@ -440,6 +440,9 @@ class TurnRunner:
     # A client call's result (`services.tool_result_store`'s arguments) that the turn's next
     # trip stores before anything else (`_deferred_store`): the next step's inputs, or the end.
     deferred: dict[str, Any] | None = None
+    # Free tokens reported by the turn's steps that called tools, recorded with its next
+    # step's (one statement for both) or by its end (`_usages_record`).
+    held: list[Usage] = field(default_factory=list)
 
     @property
     def session_id(self) -> Any:
@@ -505,6 +508,8 @@ class TurnRunner:
         retries it)."""
         try:
             self._deferred_store()
+            if self.held:
+                self._usages_record([])
             if not self.settled:
                 services.history_repair(session_id=self.session_id)
         except OperationalError as exc:
@@ -679,9 +684,10 @@ class TurnRunner:
         usages: list[Usage],
     ) -> "_StepStored":
         """Store what a step's stream gave, in one trip to the database thread: the model's
-        reported usage, the assistant's message (completing its draft) and, when it has no
-        calls (the turn's answer), the message as the page shows it."""
-        self._usages_record(usages)
+        reported usage (free tokens of a step with calls: with the next step's), the
+        assistant's message (completing its draft) and, when it has no calls (the turn's
+        answer), the message as the page shows it."""
+        self._usages_record(usages, hold=bool(calls))
         message = services.message_store(
             session_id=self.session_id,
             turn=self.turn,
@@ -702,15 +708,38 @@ class TurnRunner:
             return _StepStored(message=message, shown=selectors.message_fresh_serialize(message))
         return _StepStored(message=message, shown=None)
 
-    def _usages_record(self, usages: list[Usage]) -> None:
-        for reported in usages:
-            usage.usage_record(
-                session_id=self.session_id,
-                user_id=getattr(self.prepared.user, "pk", None),
-                turn=self.turn,
-                prompt_tokens=reported.prompt_tokens,
-                completion_tokens=reported.completion_tokens,
-            )
+    def _usages_record(self, usages: list[Usage], *, hold: bool = False) -> None:
+        """Record the tokens the model reported: priced, each request's at once (the turn is
+        charged after each); free, with those held before, as one statement (a step's usage
+        was a statement of its own, issue 15), unless `hold` (a step with calls: the turn's
+        next step records them, or its end; a crash in between loses free tokens only)."""
+        user_id = getattr(self.prepared.user, "pk", None)
+        if usage.tokens_priced():
+            for reported in usages:
+                usage.usage_record(
+                    session_id=self.session_id,
+                    user_id=user_id,
+                    turn=self.turn,
+                    prompt_tokens=reported.prompt_tokens,
+                    completion_tokens=reported.completion_tokens,
+                )
+            return
+        self.held += usages
+        if hold or not self.held:
+            return
+        held, self.held = self.held, []
+        prompt = completion = 0
+        for reported in held:  # each request's as `usage_record` counts it
+            prompt += max(0, reported.prompt_tokens)
+            completion += max(0, reported.completion_tokens)
+        usage.usage_record(
+            session_id=self.session_id,
+            user_id=user_id,
+            turn=self.turn,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            requests=len(held),
+        )
 
     async def _toolset(self) -> client_tools.ClientToolset | None:
         return await in_thread(selectors.client_toolset_of_session)(session_id=self.session_id)

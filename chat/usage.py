@@ -72,14 +72,17 @@ def usage_record(
     prompt_tokens: int,
     completion_tokens: int,
     user_id: int | None = None,
+    requests: int = 1,
 ) -> TurnUsage:
     """Add one request's reported tokens to its turn and charge what the turn owes now.
-    `user_id`: the session's owner, when the caller knows it (not read again).
+    `user_id`: the session's owner, when the caller knows it (not read again). `requests`:
+    the requests these tokens are the sum of (free tokens only: a priced turn is charged after
+    each request).
 
     The turn's row is added to in one statement (`_usage_add`); only a priced turn then reads
     the balance and charges, in the same transaction."""
     if not tokens_priced():
-        return _usage_add(session_id, turn, prompt_tokens, completion_tokens, user_id)
+        return _usage_add(session_id, turn, prompt_tokens, completion_tokens, user_id, requests)
     with transaction.atomic():
         usage = _usage_add(session_id, turn, prompt_tokens, completion_tokens, user_id)
         owed = math.ceil((usage.prompt_tokens + usage.completion_tokens) * _price() / 1000)
@@ -101,7 +104,12 @@ def usage_record(
 
 
 def _usage_add(
-    session_id: object, turn: int, prompt_tokens: int, completion_tokens: int, user_id: Any
+    session_id: object,
+    turn: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    user_id: Any,
+    requests: int = 1,
 ) -> TurnUsage:
     """The turn's row with one more request and its tokens, inserted or added to in one
     statement, an upsert returning the totals: every model step records its usage, and the
@@ -111,11 +119,12 @@ def _usage_add(
     connection = connections[DEFAULT_DB_ALIAS]
     prompt_tokens, completion_tokens = max(0, prompt_tokens), max(0, completion_tokens)
     if not connection.features.can_return_columns_from_insert:
-        return _usage_add_orm(session_id, turn, prompt_tokens, completion_tokens, user_id)
+        return _usage_add_orm(session_id, turn, prompt_tokens, completion_tokens, user_id, requests)
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     session_pk = db_value(TurnUsage, "session", session_id, connection)
     sql, qmark = _upsert_sql(connection)
-    params = [session_pk, user_id, session_pk, turn, prompt_tokens, completion_tokens, now, now]
+    params = [session_pk, user_id, session_pk, turn, requests, prompt_tokens, completion_tokens]
+    params += [now, now]
     row = write_run(connection, sql, qmark, params, FETCH_ONE)
     pk, user_id, requests, prompt, completion, credits = row
     values = {
@@ -165,7 +174,7 @@ def _upsert_sql_build(q: Callable[[str], str]) -> str:
         f"{column['requests']}, {column['prompt_tokens']}, {column['completion_tokens']}, "
         f"{column['credits']}, {column['created']}, {column['updated']}) "
         f"VALUES (%s, COALESCE(%s, (SELECT {owner} FROM {sessions} WHERE "
-        f"{q(ChatSession._meta.pk.column)} = %s)), %s, 1, %s, %s, 0, %s, %s) "
+        f"{q(ChatSession._meta.pk.column)} = %s)), %s, %s, %s, %s, 0, %s, %s) "
         f"ON CONFLICT ({column['session']}, {column['turn']}) DO UPDATE SET {added}, "
         f"{column['updated']} = excluded.{column['updated']} "
         f"RETURNING {column['id']}, {column['user']}, {column['requests']}, "
@@ -174,7 +183,12 @@ def _upsert_sql_build(q: Callable[[str], str]) -> str:
 
 
 def _usage_add_orm(
-    session_id: object, turn: int, prompt_tokens: int, completion_tokens: int, user_id: Any
+    session_id: object,
+    turn: int,
+    prompt_tokens: int,
+    completion_tokens: int,
+    user_id: Any,
+    requests: int,
 ) -> TurnUsage:
     with transaction.atomic():
         usage = (
@@ -184,7 +198,7 @@ def _usage_add_orm(
             if user_id is None:
                 user_id = ChatSession.objects.values_list("user_id", flat=True).get(pk=session_id)
             usage = TurnUsage(session_id=session_id, user_id=user_id, turn=turn)
-        usage.requests += 1
+        usage.requests += requests
         usage.prompt_tokens += prompt_tokens
         usage.completion_tokens += completion_tokens
         usage.save()

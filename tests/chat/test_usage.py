@@ -58,6 +58,23 @@ async def test_the_tokens_of_every_request_of_a_turn_are_recorded_on_the_turn(
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
+async def test_free_tokens_of_a_step_with_calls_are_recorded_when_the_turn_ends_otherwise(
+    client, trusted_caller, openai_agent
+):
+    """A step with calls leaves its free tokens to the turn's next step (one statement for
+    both): a turn whose next request fails still records them, at its end."""
+    openai_agent.usage = (1200, 80)
+    openai_agent.reply_tool_calls([("call_1", "list_classes", {})])
+    openai_agent.fail(400)  # not retried
+
+    out = await say(client, trusted_caller)
+
+    assert out.names()[-1] == "turn_end" and "error" in out.names()
+    assert await usages(trusted_caller.session) == [(1, 1, 1200, 80, 0)]
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
 async def test_tokens_are_charged_through_the_ledger_at_the_price_per_1000(
     client, trusted_caller, openai_agent, settings
 ):
