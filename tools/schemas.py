@@ -25,6 +25,7 @@ every check here is bounded, and none runs on the event loop:
 
 import asyncio
 import functools
+import itertools
 import json
 import numbers
 import threading
@@ -427,21 +428,30 @@ def schema_validator(schema: Mapping[str, Any]) -> CompiledSchema:
 # --- admission of declared schemas -----------------------------------------------------------
 
 
+_JSON_LEAVES = (str, int, float, type(None))  # bool is an int
+
+
 def json_depth_exceeds(value: Any, limit: int) -> bool:
-    """Whether `value` nests deeper than `limit` (iterative: any depth is safe to ask about)."""
+    """Whether `value` nests deeper than `limit` (iterative: any depth is safe to ask about).
+
+    A node's children are stacked by C (`zip` with `repeat`), and JSON's own types are known
+    without asking the `Mapping` ABC (a Python call for each node): a value's walk costs a
+    tick per object or array."""
     stack = [(value, 1)]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, Mapping):
-            children = node.values()
-        elif isinstance(node, list):
+        if isinstance(node, list):
             children = node
+        elif node.__class__ is dict or (
+            not isinstance(node, _JSON_LEAVES) and isinstance(node, Mapping)
+        ):
+            children = node.values()
         else:
             continue
         if depth > limit:
             return True
         _tick()
-        stack.extend((child, depth + 1) for child in children)
+        stack.extend(zip(children, itertools.repeat(depth + 1)))
     return False
 
 
@@ -587,11 +597,15 @@ def text_within_bounds(text: str) -> bool:
     )
 
 
+# `json.dumps(value, separators=(",", ":"))` without making an encoder for every value.
+_compact_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def value_bounds_problem(value: Any) -> str | None:
     """Why `value` is too deep or too large to check at all, or None."""
     if json_depth_exceeds(value, VALUE_MAX_DEPTH):
         return f"the value nests deeper than {VALUE_MAX_DEPTH} levels"
-    if len(json.dumps(value, separators=(",", ":"))) > VALUE_MAX_BYTES:
+    if len(_compact_json(value)) > VALUE_MAX_BYTES:
         return f"the value is larger than {VALUE_MAX_BYTES // 1024} KiB"
     return None
 

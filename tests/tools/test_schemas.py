@@ -5,17 +5,20 @@ import copy
 import json
 import threading
 import time
+import types
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.chat.costs import python_calls_of
 from tests.security.attacks import COSTLY_RESULTS
 from tools.schemas import (
     CHECK_BUDGET_SECONDS,
     JSON_REWRITE_GROWTH_MAX,
     VALUE_MAX_BYTES,
     SchemaRefused,
+    json_depth_exceeds,
     schema_check,
     schema_validator,
     text_within_bounds,
@@ -127,6 +130,26 @@ def test_a_short_text_with_few_brackets_holds_only_values_within_the_caps(text):
     value = json.loads(text)
     assert len(json.dumps(value, separators=(",", ":"))) <= VALUE_MAX_BYTES
     assert value_bounds_problem(value) is None
+
+
+def test_measuring_a_value_costs_a_python_call_per_object_or_array():
+    """Every client tool's arguments are measured against the caps on the event loop before
+    their check (issue 15): JSON's own types are known without the `Mapping` ABC (a Python
+    call for each node), children are stacked in C, and one encoder, made once, writes the
+    value out. Was 27 calls for this value."""
+    value = {"a": [1, {"b": 2.5}], "c": "x", "d": None, "e": True}
+    value_bounds_problem(value)
+    # value_bounds_problem, json_depth_exceeds, a tick for each of the 3 containers, and the
+    # encoder's encode and iterencode
+    assert python_calls_of(value_bounds_problem, value) <= 7
+
+
+def test_a_mapping_of_another_type_is_measured_as_an_object():
+    deep: list = []
+    for _ in range(40):
+        deep = [deep]
+    assert json_depth_exceeds(types.MappingProxyType({"v": deep}), 32)
+    assert not json_depth_exceeds(types.MappingProxyType({"v": [[1]]}), 32)
 
 
 def test_a_text_is_not_taken_for_bounded_when_long_or_bracketed():
