@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 import logging
+import time
 import uuid
 import weakref
 from typing import Any
@@ -58,8 +59,11 @@ INBOUND_BYTES_PER_SECOND = 128 * 1024
 # so the meter charges at least this much for one: a flood of 1-byte frames is metered too.
 INBOUND_FRAME_MIN_BYTES = 64
 # Frames already queued are handled without the loop suspending (Daphne's queue, a free lock
-# and its sends all return at once), so one socket gives the loop back after this much of
-# handling them back to back: a flood of cheap frames cannot hold every other user's work.
+# and its sends all return at once), so one socket gives the loop back once it has spent this
+# much handling frames since it last did: a flood of cheap frames cannot hold every other
+# user's work. Only handling counts, not the wait for a frame: a page's occasional frame (a
+# client tool's answer, once a turn) ends with no extra round of the loop, whose resumption
+# of the socket's whole stack of coroutines cost ~20 Python calls.
 FRAMES_SLICE_SECONDS = 0.002
 # A page registers once per bind (load, reconnect, session switch): a burst of 5, then one
 # every 2 s, is far above what a person causes and caps what a hostile page can make us check.
@@ -164,8 +168,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         for it with `asyncio.wait`: per frame a task, a wait and two more loop rounds before
         its handler runs (issue 15, item 8). Here this task awaits the page's frames itself
         and one long-lived task awaits the layer's messages; a lock keeps their handlers from
-        interleaving, as Channels' loop did, and after `FRAMES_SLICE_SECONDS` of frames handled
-        back to back the loop gets a turn. A handler's error, on either side, ends the socket
+        interleaving, as Channels' loop did, and after `FRAMES_SLICE_SECONDS` spent handling
+        frames the loop gets a turn. A handler's error, on either side, ends the socket
         as it did there (a page frame that waited for the lock meanwhile is not handled); so
         does the disconnect (`StopConsumer`), and the layer's task is cancelled either way."""
         self.handling = asyncio.Lock()
@@ -177,18 +181,19 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 serving.cancel()
 
         layer_messages.add_done_callback(failed)
-        loop = asyncio.get_running_loop()
-        slice_began = loop.time()
+        busy = 0.0  # seconds spent handling frames since the loop last got a turn
         try:
             while True:
                 message = await receive()
+                began = time.monotonic()  # the loop's clock, without `loop.time()`'s call
                 async with self.handling:
                     if layer_messages.done():  # its handler failed while this frame waited
                         raise layer_messages.exception()
                     await self.dispatch(message)
-                if loop.time() - slice_began >= FRAMES_SLICE_SECONDS:
+                busy += time.monotonic() - began
+                if busy >= FRAMES_SLICE_SECONDS:
                     await asyncio.sleep(0)  # others' ready work runs before the next frame
-                    slice_began = loop.time()
+                    busy = 0.0
         except asyncio.CancelledError:
             if layer_messages.done() and not layer_messages.cancelled():
                 raise layer_messages.exception() from None

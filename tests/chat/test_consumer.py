@@ -3,6 +3,7 @@ and client-tool calls made by the engine's side (`client_tool_request`) through 
 
 import asyncio
 import json
+import sys
 import time
 import weakref
 from dataclasses import dataclass
@@ -596,6 +597,31 @@ async def test_a_flood_of_tiny_frames_gives_the_event_loop_back_and_is_metered(a
     assert statuses == [400] * 200
     bucket = consumers._inbound[alice.user.pk]
     assert bucket.tokens == consumers.INBOUND_BURST_BYTES - 200 * consumers.INBOUND_FRAME_MIN_BYTES
+    await ws.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_frame_after_a_pause_takes_no_extra_round_of_the_loop(alice, monkeypatch):
+    """A page's occasional frame (a client tool's answer, once a turn) is handled without
+    giving the loop a round of its own afterwards: only time spent handling frames counts
+    towards `FRAMES_SLICE_SECONDS`, not the wait for them (a round resumes the socket's whole
+    stack of coroutines, ~20 Python calls)."""
+    ws = await connected(alice)
+    rounds_given = []
+    sleep = asyncio.sleep
+
+    async def counted_sleep(delay, *args, **kwargs):
+        if sys._getframe(1).f_code.co_filename == consumers.__file__:
+            rounds_given.append(delay)
+        return await sleep(delay, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "sleep", counted_sleep)
+    for _ in range(3):
+        await sleep(consumers.FRAMES_SLICE_SECONDS * 2)
+        await ws.send_to(text_data=json.dumps({"type": "noise"}))
+        assert (await ws.receive_json_from())["status"] == 400
+    assert rounds_given == []
     await ws.disconnect()
 
 
