@@ -247,6 +247,26 @@ def request_resolved(request: HttpRequest) -> ResolverMatch | None:
     return match
 
 
+async def _first_done(tasks: list[asyncio.Task]) -> None:
+    """`asyncio.wait(tasks, return_when=FIRST_COMPLETED)` for the handler's two tasks, without
+    its checks of the arguments (an ABC's `isinstance` a task), its sets and its callback's
+    removal: 9 Python calls a request less. A cancelled wait leaves the tasks running, as
+    `asyncio.wait` does."""
+    first = asyncio.get_running_loop().create_future()
+
+    def done(task: asyncio.Task) -> None:
+        if not first.done():
+            first.set_result(None)
+
+    for task in tasks:
+        task.add_done_callback(done)
+    try:
+        await first
+    finally:
+        for task in tasks:
+            task.remove_done_callback(done)
+
+
 class ASGIHandler(asgi.ASGIHandler):
     """Django's ASGI handler with per-request lanes, the async-native middleware chain and
     Django's request signals without thread hops when only Django's own receivers listen."""
@@ -289,7 +309,7 @@ class ASGIHandler(asgi.ASGIHandler):
             asyncio.create_task(self.listen_for_disconnect(receive)),
             asyncio.create_task(process_request(request, send)),
         ]
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        await _first_done(tasks)
         for task in tasks:
             if task.done():
                 # Read, not raised: the client's going away (the usual end of a stream) raised

@@ -29,6 +29,7 @@ from django.http.response import HttpResponseBase
 
 import chat.api
 from chat.models import ChatSession
+from geosense import handler as handler_module
 from geosense.accounts.services import api_token_create
 from geosense.asgi import application
 from geosense.handler import ASGIHandler, response_headers_from_store
@@ -682,3 +683,38 @@ async def test_every_answer_hands_django_its_headers_from_their_store(held_turns
 
     assert listing.status == 200 and listing.header("content-type") == "application/json"
     assert read == []
+
+
+async def test_the_handler_waits_for_its_view_or_the_clients_leaving_with_little_of_asyncios_work():
+    """The handler runs the view beside a listener for the client's leaving and waits for the
+    first of the two to end: `asyncio.wait` checked its arguments (an ABC's `isinstance` a
+    task), built sets and a callback of its own: 9 Python calls a request more on the loop."""
+    await call("GET", "/no-such-page/")  # warm
+    # asyncio's work done by the handler itself (its tasks do the view's); the wake-up of the
+    # handler's task, from a callback of the loop's, is not counted
+    waiting = []
+    own = {"handle", "_first_done"}
+
+    def count(frame, event, arg):
+        code = frame.f_code
+        ours = code.co_filename == handler_module.__file__
+        if event != "call" or not (
+            (ours and code.co_name in own) or "/asyncio/" in code.co_filename
+        ):
+            return
+        caller = frame.f_back
+        while caller is not None and "/asyncio/" in caller.f_code.co_filename:
+            caller = caller.f_back
+        if caller is not None and caller.f_code.co_filename == handler_module.__file__:
+            if caller.f_code.co_name in own and code.co_name != "handle":
+                waiting.append(code.co_name)
+
+    sys.setprofile(count)
+    try:
+        answer = await call("GET", "/no-such-page/")
+    finally:
+        sys.setprofile(None)
+
+    assert answer.status == 404
+    # the two tasks made (10 each), the listener's cancellation (5), and the wait: 38 before
+    assert len(waiting) <= 30, waiting
