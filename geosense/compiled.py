@@ -16,6 +16,7 @@ kept SQL with those parameters and applies the converters the ORM would (JSON de
 etc.).
 """
 
+import datetime
 import functools
 import logging
 import operator
@@ -28,7 +29,7 @@ from typing import Any, TypeVar
 from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.utils import CursorWrapper
-from django.db.models import Field, Model, QuerySet
+from django.db.models import DateTimeField, Field, Model, QuerySet
 from django.db.models.sql import UpdateQuery
 
 from geosense.fields import NUL, NulFreeCharField, NulFreeTextField
@@ -273,11 +274,20 @@ def model_from_row(model: type[Model], row: tuple[Any, ...]) -> Model:
 
 def db_value(model: Any, field: str, value: Any, connection: Any) -> Any:
     """`value` as a parameter of a lookup on `model.field` (a foreign key: its target's); the
-    field is looked up once (the tails of every compiled statement prepare their values)."""
+    field is looked up once (the tails of every compiled statement prepare their values). An
+    aware datetime of a plain `DateTimeField` goes straight to the database's adaptation, which
+    is what the field's preparation ends in (the steps before it are for naive values and
+    text: 7 Python calls of 12; the claim's and the release's times, every turn)."""
     target = _db_fields.get((model, field))
     if target is None:
         target = model._meta.get_field(field)
         target = _db_fields[model, field] = getattr(target, "target_field", target)
+    if (
+        type(value) is datetime.datetime
+        and type(target) is DateTimeField
+        and value.utcoffset() is not None
+    ):
+        return connection.ops.adapt_datetimefield_value(value)
     return target.get_db_prep_value(value, connection, prepared=False)
 
 
