@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from geosense.accounts.services import credit_balance, credit_charge
 from geosense.compiled import FETCH_ONE, db_value, qmark_form, write_run
+from geosense.dbpool import trip_connections
 
 from .models import ChatSession, TurnUsage
 
@@ -116,7 +117,7 @@ def _usage_add(
     locked read, the write and the transaction around them were a quarter of the database
     thread's work per turn (issue 15). An SQLite older than 3.35 (no `RETURNING`) goes
     through the ORM."""
-    connection = connections[DEFAULT_DB_ALIAS]
+    connection = trip_connections.default or connections[DEFAULT_DB_ALIAS]
     prompt_tokens, completion_tokens = max(0, prompt_tokens), max(0, completion_tokens)
     if not connection.features.can_return_columns_from_insert:
         return _usage_add_orm(session_id, turn, prompt_tokens, completion_tokens, user_id, requests)

@@ -32,6 +32,7 @@ from django.db.backends.utils import CursorWrapper
 from django.db.models import DateTimeField, Field, Model, QuerySet
 from django.db.models.sql import UpdateQuery
 
+from geosense.dbpool import trip_connections
 from geosense.fields import NUL, NulFreeCharField, NulFreeTextField
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ class CompiledRead(_Compiled):
         self.raw = frozenset(raw)
 
     def rows(self, *args: Any) -> list[tuple[Any, ...]]:
-        connection = connections[DEFAULT_DB_ALIAS]
+        connection = trip_connections.default or connections[DEFAULT_DB_ALIAS]
         key = (connection.alias, connection.vendor, self.shape(*args))
         plan = self._plans.get(key)
         if plan is None:
@@ -209,7 +210,7 @@ class CompiledRead(_Compiled):
     def convert(self, rows: list[tuple[Any, ...]], *args: Any) -> list[tuple[Any, ...]]:
         """Rows of a `converted=False` read (with the arguments they were read with) as the ORM
         gives them."""
-        connection = connections[DEFAULT_DB_ALIAS]
+        connection = trip_connections.default or connections[DEFAULT_DB_ALIAS]
         plan = self._plans.get((connection.alias, connection.vendor, self.shape(*args)))
         if not isinstance(plan, _Plan) or not plan.converters:  # on the ORM: converted already
             return rows
@@ -302,7 +303,7 @@ class CompiledUpdate(_Compiled):
     `CompiledRead`. Returns the number of rows updated."""
 
     def run(self, *args: Any) -> int:
-        connection = connections[DEFAULT_DB_ALIAS]
+        connection = trip_connections.default or connections[DEFAULT_DB_ALIAS]
         key = (connection.alias, connection.vendor, self.shape(*args))
         plan = self._plans.get(key)
         if not isinstance(plan, tuple):
@@ -424,7 +425,7 @@ class CompiledInsert:
         self._lock = threading.Lock()
 
     def create(self, **values: Any) -> Model:
-        connection = connections[DEFAULT_DB_ALIAS]
+        connection = trip_connections.default or connections[DEFAULT_DB_ALIAS]
         key = (connection.alias, connection.vendor)
         plan = self._plans.get(key)
         if plan is None:

@@ -43,7 +43,7 @@ from typing import Any
 
 from asgiref.sync import SyncToAsync, _restore_context
 from django.conf import settings
-from django.db import close_old_connections, connections
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 
 # A connection older than this when a call ends is closed (the next call opens a new one); the
 # age is checked only then, so an idle kept connection can be older at its next call.
@@ -251,6 +251,18 @@ def connections_tidy(*, busy: bool) -> None:
             conn.close()
 
 
+class _TripConnections(threading.local):
+    """The default database's connection of the trip a pool thread runs, None between trips:
+    looked up once a trip for the compiled statements it runs (geosense/compiled.py), where
+    `connections[alias]` is three Python calls through asgiref's `Local` and a turn's trips run
+    ~20 statements."""
+
+    default: Any = None
+
+
+trip_connections = _TripConnections()
+
+
 class _Trip:
     """`function` as a coroutine function run on `pool`, with the pool's connection hygiene
     around each call.
@@ -321,6 +333,7 @@ class _Trip:
         threadlocal.main_event_loop = loop
         threadlocal.main_event_loop_pid = os.getpid()
         threadlocal.task_context = task_context
+        trip_connections.default = connections[DEFAULT_DB_ALIAS]
         try:
             if caller_exception is None:
                 return context.run(self._in_context, context, args, kwargs)
@@ -329,6 +342,7 @@ class _Trip:
             except BaseException:
                 return context.run(self._in_context, context, args, kwargs)
         finally:
+            trip_connections.default = None
             pool = self.pool
             connections_tidy(busy=pool.keep_idle or (pool.single and pool.queued > 0))
 

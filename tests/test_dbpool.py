@@ -17,6 +17,7 @@ from asgiref.local import Local
 from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 
+from chat.models import ChatSession
 from geosense import dbpool
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -199,6 +200,39 @@ async def test_a_trip_costs_the_event_loop_few_python_calls():
 
 _seen = contextvars.ContextVar("seen")
 _local = Local()
+
+
+async def test_a_trip_looks_its_connection_up_once_for_its_compiled_statements(monkeypatch):
+    """Each compiled statement looked its connection up (`connections[alias]`: three Python
+    calls through asgiref's `Local`, ~20 statements a turn on the engine's thread); a trip
+    looks it up once, and its statements run on it: the thread's own connection."""
+    from django.db import connections
+    from django.utils.connection import BaseConnectionHandler
+
+    from geosense.compiled import CompiledRead
+
+    read = CompiledRead(
+        build=lambda: ChatSession.objects.values_list("id")[:1],
+        tail=lambda connection: [],
+    )
+    lookups: list[str] = []
+    real = BaseConnectionHandler.__getitem__
+
+    def looked_up(handler, alias):
+        lookups.append(alias)
+        return real(handler, alias)
+
+    def three_reads() -> object:
+        read.rows(), read.rows(), read.rows()
+        return connections["default"]
+
+    await dbpool.in_db_thread(three_reads)()  # the first read compiles (through the ORM)
+    monkeypatch.setattr(BaseConnectionHandler, "__getitem__", looked_up)
+    own = await dbpool.in_db_thread(three_reads)()
+    # The trip's, `three_reads`'s own and the tidying's after it (5 when each read looked).
+    assert lookups == ["default"] * 3
+    assert own.connection is not None  # the thread's connection, which the reads used
+    assert dbpool.trip_connections.default is None  # not this thread's, nor after the trip
 
 
 async def test_a_trip_shares_the_callers_context_both_ways():
