@@ -22,6 +22,7 @@ import logging
 import operator
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.utils import CursorWrapper
-from django.db.models import DateTimeField, Field, Model, QuerySet
+from django.db.models import DateTimeField, Field, Model, QuerySet, UUIDField
 from django.db.models.sql import UpdateQuery
 
 from geosense.dbpool import trip_connections
@@ -275,14 +276,19 @@ def model_from_row(model: type[Model], row: tuple[Any, ...]) -> Model:
 
 def db_value(model: Any, field: str, value: Any, connection: Any) -> Any:
     """`value` as a parameter of a lookup on `model.field` (a foreign key: its target's); the
-    field is looked up once (the tails of every compiled statement prepare their values). An
-    aware datetime of a plain `DateTimeField` goes straight to the database's adaptation, which
-    is what the field's preparation ends in (the steps before it are for naive values and
-    text: 7 Python calls of 12; the claim's and the release's times, every turn)."""
+    field is looked up once (the tails of every compiled statement prepare their values). A
+    UUID of a plain `UUIDField` (a session's id: most statements of a turn filter on it) is
+    the UUID on a database that has the type, else its `hex` (made from its integer, without
+    the two Python calls of the field and the property), and an aware datetime of a plain
+    `DateTimeField` goes straight to the database's adaptation, which is what the field's
+    preparation ends in (the steps before it are for naive values and text: 7 Python calls of
+    12; the claim's and the release's times, every turn)."""
     target = _db_fields.get((model, field))
     if target is None:
         target = model._meta.get_field(field)
         target = _db_fields[model, field] = getattr(target, "target_field", target)
+    if type(value) is uuid.UUID and type(target) is UUIDField:
+        return value if connection.features.has_native_uuid_field else f"{value.int:032x}"
     if (
         type(value) is datetime.datetime
         and type(target) is DateTimeField
