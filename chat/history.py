@@ -299,11 +299,14 @@ def _kept_rows(rows: list[_Row], *, user_contexts: bool) -> list[_Kept]:
     )
     kept = []
     for row in rows:
-        found = contexts.get(row.id, [])
+        found = contexts.get(row.id)
         cut = row.size if row.cut_off else None
-        pks = sorted(context[0] for context in found) or [None]
-        checked = tuple((row.id, cut, pk) for pk in pks)
-        contexts_kept = [context[1:] for context in found]
+        if found is None:  # most rows: no context, no call to make what is checked
+            checked, contexts_kept = ((row.id, cut, None),), []
+        else:
+            pks = sorted(context[0] for context in found)
+            checked = tuple((row.id, cut, pk) for pk in pks)
+            contexts_kept = [context[1:] for context in found]
         chars = _kept_chars(row, contexts_kept)
         kept.append(_Kept(row=row, contexts=contexts_kept, checked=checked, chars=chars))
     return kept

@@ -230,6 +230,40 @@ def test_a_step_walks_its_kept_rows_without_a_python_call_for_each():
     assert calls[40] - calls[10] <= 35, calls  # 390 before
 
 
+def test_a_step_reads_its_new_rows_with_the_check_of_its_kept_ones():
+    """A step after a kept window read its new rows by a statement of their own after the
+    check, the contexts of a new user message by a third (with or without any), and made what
+    the next check compares of a row without a context in three Python calls: 3 statements and
+    160 Python calls for one new turn of 4 rows (10 kept before it), now 1 statement and 115
+    calls (issue 15). A new user message with a context still has it read."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    user = get_user_model().objects.create_user("new-rows")
+    for _ in range(2):  # the first compiles the reads (geosense/compiled.py)
+        session = Session(user)
+        turns(session, 10)
+        history_window(session_id=session.session.pk, budget=100_000)
+        session.apply(("turn", 1, None, 300, False))  # no context
+        calls = python_calls_of(history_window, session_id=session.session.pk, budget=100_000)
+    assert calls <= 125, calls
+    session.apply(("turn", 1, None, 300, False))
+    with CaptureQueriesContext(connection) as statements:
+        window = history_window(session_id=session.session.pk, budget=100_000)
+    assert len(statements) == 1, [query["sql"][:60] for query in statements]
+    message = session.add("user", content="with a context")
+    Artifact.objects.create(
+        session=session.session,
+        artifact_id="selection-new",
+        kind="selection",
+        data={"ids": [1]},
+        origin="client:selection",
+        message=message,
+    )
+    window = history_window(session_id=session.session.pk, budget=100_000)
+    assert window.latest_user == ("with a context", [("selection-new", "selection", {"ids": [1]})])
+
+
 def test_what_is_kept_counts_the_contexts_data_and_the_sessions(monkeypatch):
     """A context may be megabytes (a selection of 200,000 ids): counted as text alone, five
     such sessions kept 36 MB under a bound that saw 715 characters. Contexts' data counts,
