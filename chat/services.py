@@ -408,9 +408,15 @@ def history_repair(
                 session_id=session_id, status=PendingDecision.Status.PENDING
             ).values_list("message_id", flat=True)
         )
-    answered = {call_id for (call_id,) in _RESULTS_SINCE.rows(session_id, since)}
+    answered: set[str] = set()
+    calls: list[tuple[int, int, list[dict[str, Any]]]] = []
+    for message_id, turn, call_id, tool_calls in _UNSETTLED.rows(session_id, since):
+        if tool_calls is None:  # a result
+            answered.add(call_id)
+        else:
+            calls.append((message_id, turn, tool_calls))
     repaired = 0
-    for message_id, turn, tool_calls in _CALLS_SINCE.rows(session_id, since):
+    for message_id, turn, tool_calls in calls:
         if message_id in paused:
             continue
         for call in tool_calls:
@@ -427,10 +433,29 @@ def history_repair(
     return repaired
 
 
-def _results_since_query(session_id: object, since: int) -> models.QuerySet:
-    return Message.objects.filter(
-        session_id=session_id, role=Message.Role.TOOL, turn__gte=since
-    ).values_list("tool_call_id")
+def _unsettled_query(session_id: object, since: int) -> models.QuerySet:
+    """The latest turns' results (their call ids) and assistant messages with calls (their
+    calls: None for a result), in order."""
+    assistant = Message.Role.ASSISTANT
+    return (
+        Message.objects.filter(session_id=session_id, turn__gte=since)
+        .filter(
+            models.Q(role=Message.Role.TOOL) | (models.Q(role=assistant) & ~models.Q(tool_calls=[]))
+        )
+        .annotate(
+            calls=models.Case(
+                models.When(role=assistant, then=models.F("tool_calls")), default=None
+            )
+        )
+        .order_by("id")
+        .values_list("id", "turn", "tool_call_id", "calls")
+    )
+
+
+def _unsettled_tail(connection: Any, session_id: object, since: int) -> list[Any]:
+    session = db_value(Message, "session", session_id, connection)
+    no_calls = db_value(Message, "tool_calls", [], connection)
+    return [session, since, Message.Role.TOOL, Message.Role.ASSISTANT, no_calls]
 
 
 def _calls_since_query(session_id: object, since: int) -> models.QuerySet:
@@ -442,17 +467,15 @@ def _calls_since_query(session_id: object, since: int) -> models.QuerySet:
     )
 
 
-def _results_since_tail(connection: Any, session_id: object, since: int) -> list[Any]:
-    return [Message.Role.TOOL, db_value(Message, "session", session_id, connection), since]
-
-
 def _calls_since_tail(connection: Any, session_id: object, since: int) -> list[Any]:
     session = db_value(Message, "session", session_id, connection)
     return [Message.Role.ASSISTANT, session, since, db_value(Message, "tool_calls", [], connection)]
 
 
-# Every new message's turn repairs (engine invariant 1): its two reads compiled once per process.
-_RESULTS_SINCE = CompiledRead(build=_results_since_query, tail=_results_since_tail)
+# Every new message's turn repairs (engine invariant 1), in one read of the latest turns' results
+# and calls (two before); every step with calls reads those turns' calls for their fresh ids:
+# both compiled once per process.
+_UNSETTLED = CompiledRead(build=_unsettled_query, tail=_unsettled_tail)
 _CALLS_SINCE = CompiledRead(build=_calls_since_query, tail=_calls_since_tail)
 
 
