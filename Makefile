@@ -35,7 +35,7 @@ run: $(VENV)/.installed ## serve the app on http://HOST:PORT (writes .env and th
 	@echo "GeoSense is at http://$(HOST):$(PORT)/ (log in as demo / demo; Ctrl-C stops it)"
 	@$(BIN)/python manage.py local_admin --url http://$(HOST):$(PORT)/
 	@echo
-	$(BIN)/daphne -b $(HOST) -p $(PORT) geosense.asgi:application
+	$(BIN)/python -m geosense.serve -b $(HOST) -p $(PORT) geosense.asgi:application
 
 test: $(VENV)/.installed-test lint ## ruff, then every test (pytest, browser tests included; node)
 	$(BIN)/pytest

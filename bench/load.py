@@ -66,7 +66,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.browser.daphne_server import free_port, server_env  # noqa: E402
+from tests.browser.daphne_server import SERVE, free_port, server_env  # noqa: E402
 
 BENCH_TOOL = {
     "kind": "blocking",
@@ -448,6 +448,12 @@ print(json.dumps(out))
     return [tuple(pair) for pair in shell_json(tree, env, code)]
 
 
+def serve_module(tree: Path) -> tuple[str, ...]:
+    """How `tree` is served: Daphne on uvloop (`SERVE`, geosense/serve.py), or Daphne's own
+    command for a checkout from before that launcher (a "before" tree)."""
+    return SERVE[1:] if (tree / "geosense" / "serve.py").exists() else ("-m", "daphne")
+
+
 def shell_json(tree: Path, env: dict[str, str], code: str) -> Any:
     """Run `code` in the Django shell of `tree` and read the JSON it printed last."""
     result = subprocess.run(
@@ -716,8 +722,7 @@ def main() -> None:
                         if args.profile
                         else []
                     ),
-                    "-m",
-                    "daphne",
+                    *serve_module(tree),
                     *("-b", "127.0.0.1", "-p", str(port), APP),
                 ],
                 cwd=tree,

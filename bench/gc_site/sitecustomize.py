@@ -8,7 +8,7 @@ import os
 import sys
 
 OUT = os.environ.get("BENCH_GC_OUT")
-if OUT and "daphne" in " ".join(sys.orig_argv):
+if OUT and any(name in " ".join(sys.orig_argv) for name in ("daphne", "geosense.serve")):
     import gc
     import json
     import threading

@@ -29,6 +29,9 @@ SECRET_KEY = "live-server-test-secret"
 SEED_ANNOTATIONS = 300
 SEED = 1
 START_TIMEOUT = 30.0
+# How every test and bench starts a server: Daphne on uvloop, as `make run` and the deployment
+# files do (geosense/serve.py); the arguments follow, as Daphne's command takes them.
+SERVE = (sys.executable, "-m", "geosense.serve")
 
 # The test process's own configuration must not leak into the server: it gets exactly the
 # environment a test asks for.
@@ -143,7 +146,7 @@ def start_server(*, db_path: Path, log_path: Path, extra_env: dict[str, str]) ->
     last_error = ""
     for _ in range(3):
         port = free_port()
-        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+        command = [*SERVE, "-b", "127.0.0.1", "-p", str(port)]
         with log_path.open("ab") as log:
             process = subprocess.Popen(
                 [*command, "geosense.asgi:application"],

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser.daphne_server import SERVE
+
 websockets = pytest.importorskip("websockets")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,9 +143,7 @@ def cluster(tmp_path) -> Iterator[dict]:
             port = free_port()
             daphne = subprocess.Popen(
                 [
-                    sys.executable,
-                    "-m",
-                    "daphne",
+                    *SERVE,
                     "-b",
                     "127.0.0.1",
                     "-p",

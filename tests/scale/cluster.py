@@ -24,14 +24,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.browser.daphne_server import BASE_DIR, free_port, manage, server_env
+from tests.browser.daphne_server import BASE_DIR, SERVE, free_port, manage, server_env
 
 DATABASE = "geosense"
 ROLE = "geosense"
@@ -289,9 +288,7 @@ class DaphneProcess:
             with self.log_path.open("ab") as log:
                 self.process = subprocess.Popen(
                     [
-                        sys.executable,
-                        "-m",
-                        "daphne",
+                        *SERVE,
                         "--proxy-headers",
                         "-b",
                         "127.0.0.1",

@@ -1,0 +1,63 @@
+"""`python -m geosense.serve`: Daphne's command, on uvloop's event loop (geosense/serve.py)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.browser.daphne_server import BASE_DIR, SERVE, start_server
+
+PROBE = """
+import sys
+from geosense.serve import event_loop_policy_install
+print(event_loop_policy_install())
+import daphne.server
+print(type(daphne.server.twisted_loop).__module__)
+from twisted.internet import reactor
+print(reactor._asyncioEventloop is daphne.server.twisted_loop)
+try:
+    event_loop_policy_install()
+except RuntimeError as error:
+    print("refused:", error)
+"""
+
+
+def test_daphnes_loop_is_uvloops_when_the_launcher_set_the_policy_first():
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    installed, loop_module, reactor_on_it, refused = result.stdout.strip().splitlines()
+    assert installed == "True"
+    assert loop_module == "uvloop", "Twisted's reactor would run on asyncio's own loop"
+    assert reactor_on_it == "True"
+    assert refused.startswith("refused: Daphne's loop exists already"), (
+        "a policy set after Daphne made its loop would change nothing, silently"
+    )
+
+
+def test_the_tests_and_benches_servers_run_on_uvloop(tmp_path):
+    """Every browser, multi-process and scale test starts its servers with `SERVE`, so the
+    loop `make run` and the deployment files use is the one the tests exercise."""
+    assert SERVE[1:] == ("-m", "geosense.serve")
+    server = start_server(db_path=tmp_path / "db.sqlite3", log_path=tmp_path / "log", extra_env={})
+    try:
+        maps = Path(f"/proc/{server.process.pid}/maps").read_text()
+    finally:
+        server.stop()
+    assert "/uvloop/loop." in maps, "the served process never loaded uvloop's loop"
+
+
+def test_make_run_and_the_deployment_files_serve_through_the_launcher():
+    for path in (
+        "Makefile",
+        "deploy/Dockerfile",
+        "deploy/systemd/geosense-daphne@.service",
+        "compose.yaml",
+    ):
+        text = (BASE_DIR / path).read_text()
+        assert "geosense.serve" in text, path
+        assert "bin/daphne " not in text and '["daphne",' not in text, path
