@@ -287,10 +287,17 @@ def tool_calls_with_fresh_ids(
     """
     bases = sorted({call["id"] or "call" for call in calls})
     # Every earlier call has its result (engine invariant 1), so the results name them, read
-    # by id in the database; only the latest turns may hold calls still without one.
-    used: set[str] = {call_id for (call_id,) in _RESULTS_NAMED.rows(session_id, bases)}
+    # by id in the database; only the latest turns may hold calls still without one: both in
+    # one statement.
     since = _turns_unsettled(session_id) if turn is None else max(0, turn - 1)
-    for _, _, tool_calls in _CALLS_SINCE.rows(session_id, since):
+    used: set[str] = set()
+    assistants = []  # decoded alone: results are many (a model that reuses its ids), these few
+    for row in _IDS_USED.rows(session_id, bases, since):
+        if row[1] is None:  # a result
+            used.add(row[0])
+        else:
+            assistants.append(row)
+    for _, tool_calls in _IDS_USED.convert(assistants, session_id, bases, since):
         used.update(call["id"] for call in tool_calls)
     fresh = []
     for call in calls:
@@ -458,49 +465,47 @@ def _unsettled_tail(connection: Any, session_id: object, since: int) -> list[Any
     return [session, since, Message.Role.TOOL, Message.Role.ASSISTANT, no_calls]
 
 
-def _calls_since_query(session_id: object, since: int) -> models.QuerySet:
-    return (
-        Message.objects.filter(session_id=session_id, role=Message.Role.ASSISTANT, turn__gte=since)
-        .exclude(tool_calls=[])
-        .order_by("id")
-        .values_list("id", "turn", "tool_calls")
-    )
-
-
-def _calls_since_tail(connection: Any, session_id: object, since: int) -> list[Any]:
-    session = db_value(Message, "session", session_id, connection)
-    return [Message.Role.ASSISTANT, session, since, db_value(Message, "tool_calls", [], connection)]
-
-
 # Every new message's turn repairs (engine invariant 1), in one read of the latest turns' results
-# and calls (two before); every step with calls reads those turns' calls for their fresh ids:
-# both compiled once per process.
+# and calls (two before): compiled once per process.
 _UNSETTLED = CompiledRead(build=_unsettled_query, tail=_unsettled_tail)
-_CALLS_SINCE = CompiledRead(build=_calls_since_query, tail=_calls_since_tail)
 
 
-def _results_named_query(session_id: object, bases: list[str]) -> models.QuerySet:
+def _ids_used_query(session_id: object, bases: list[str], since: int) -> models.QuerySet:
+    """The results named like `bases` (a base, or a base and `~n`), and the latest turns'
+    assistant messages with calls (their calls: None for a result)."""
+    assistant = Message.Role.ASSISTANT
     named = models.Q()
     for base in bases:
         named |= models.Q(tool_call_id=base) | models.Q(tool_call_id__startswith=f"{base}~")
-    return Message.objects.filter(named, session_id=session_id, role=Message.Role.TOOL).values_list(
-        "tool_call_id"
+    results = named & models.Q(role=Message.Role.TOOL)
+    calls = models.Q(role=assistant, turn__gte=since) & ~models.Q(tool_calls=[])
+    return (
+        Message.objects.filter(session_id=session_id)
+        .filter(results | calls)
+        .annotate(
+            calls=models.Case(
+                models.When(role=assistant, then=models.F("tool_calls")), default=None
+            )
+        )
+        .values_list("tool_call_id", "calls")
     )
 
 
-def _results_named_tail(connection: Any, session_id: object, bases: list[str]) -> list[Any]:
-    tail: list[Any] = []
+def _ids_used_tail(connection: Any, session_id: object, bases: list[str], since: int):
+    tail: list[Any] = [db_value(Message, "session", session_id, connection)]
     for base in bases:
         tail += [base, f"{connection.ops.prep_for_like_query(f'{base}~')}%"]
-    return [*tail, Message.Role.TOOL, db_value(Message, "session", session_id, connection)]
+    no_calls = db_value(Message, "tool_calls", [], connection)
+    return [*tail, Message.Role.TOOL, Message.Role.ASSISTANT, since, no_calls]
 
 
 # Every step with calls gives them fresh ids (`tool_calls_with_fresh_ids`): compiled once per
 # process and number of distinct ids (nearly always one).
-_RESULTS_NAMED = CompiledRead(
-    build=_results_named_query,
-    tail=_results_named_tail,
-    shape=lambda session_id, bases: len(bases),
+_IDS_USED = CompiledRead(
+    build=_ids_used_query,
+    tail=_ids_used_tail,
+    shape=lambda session_id, bases, since: len(bases),
+    converted=False,
 )
 
 

@@ -103,14 +103,15 @@ def test_fresh_call_ids_read_the_ids_like_the_new_ones_not_every_earlier_call():
 
 
 def test_fresh_call_ids_run_sql_compiled_once_per_process(monkeypatch):
-    """Every step with calls numbers them: after the first, the two reads compile nothing."""
+    """Every step with calls numbers them: after the first, its read (the results named like
+    the calls and the latest turns' calls: two reads before) compiles nothing."""
     session = long_session(3)
     calls = [{"id": "call-2", "name": "measure", "arguments": "{}"}]
     services.tool_calls_with_fresh_ids(session_id=session.pk, calls=calls, turn=3)
     costs = Costs(monkeypatch)
     fresh = services.tool_calls_with_fresh_ids(session_id=session.pk, calls=calls, turn=3)
     assert fresh == [{"id": "call-2~2", "name": "measure", "arguments": "{}"}]
-    assert (costs.compiled, len(costs.statements)) == (0, 2), costs.statements
+    assert (costs.compiled, len(costs.statements)) == (0, 1), costs.statements
 
 
 def test_a_call_id_reused_in_many_turns_and_in_the_running_turn_is_made_fresh_each_time():

@@ -56,12 +56,12 @@ async def test_a_turn_with_one_served_client_call_costs_few_pool_trips_and_state
     # it only when old: 29; the open pauses read with the session's count and title: 27; a
     # step's new rows read by the check of its kept ones, their contexts only when they have
     # some: 24; the free tokens of the step with the call recorded with the next step's: 23;
-    # the repair's two reads in one: 22).
+    # the repair's two reads in one: 22; the fresh call ids' two in one: 21).
     # 7 trips until the call's result was stored by the next step's
     # trip (the claim is released by the end's trip, after the answer's events: a new message
     # is refused until `turn_end`).
     assert trips <= 6, trips
-    assert len(costs.statements) <= 22, costs.statements
+    assert len(costs.statements) <= 21, costs.statements
     # The window, contexts, client tools, revision, pause and repair reads, the claim, the
     # lease and the release are compiled once per process (geosense/compiled.py): 43 compiles
     # (selects, inserts, updates, deletes) at 2efd665, 19 before the usage upsert; 13 with the
