@@ -108,13 +108,16 @@ class ClientTool:
             summary=data.get("summary", ""),
         )
 
-    @property
+    # Worded once per tool: a call reads it for its event and again for its stored result.
+    @functools.cached_property
     def title_text(self) -> str:
         """The declared title, or the name in words for a page that declares none."""
         return self.title or sentence(" ".join(self.name.replace("-", "_").split("_")))
 
     def summary_of(self, arguments: dict) -> str:
-        return summary_fill(self.summary, arguments)
+        """The call's summary; none (without filling the template's parts) when the page
+        declared none, as most do."""
+        return summary_fill(self.summary, arguments) if self.summary else ""
 
     # Compiled once per tool: looking a validator up by its schema's text costs a canonical
     # JSON dump of the schema on every call (a served call checks both).
