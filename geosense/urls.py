@@ -7,6 +7,12 @@ from geosense.accounts.login import login_view
 from geosense.health import healthz
 
 urlpatterns = [
+    # The API first, a turn's stream first of it: most requests are a turn's, and Django tries
+    # each pattern in order, an include that does not match raising and catching a Resolver404.
+    path("api/", include("chat.api_urls")),
+    path("api/", include("geosense.accounts.urls")),
+    path("api/", include("geosense.annotations.urls")),
+    path("tiles/", include("geosense.annotations.tile_urls")),
     path("", RedirectView.as_view(url="/chat/", permanent=False)),
     path("healthz", healthz, name="healthz"),
     path("accounts/login/", login_view, name="login"),
@@ -14,9 +20,5 @@ urlpatterns = [
     # The admin's login is the throttled one (geosense/accounts/login.py).
     path("admin/login/", login_view),
     path("admin/", admin.site.urls),
-    path("api/", include("geosense.accounts.urls")),
-    path("api/", include("geosense.annotations.urls")),
-    path("tiles/", include("geosense.annotations.tile_urls")),
-    path("api/", include("chat.api_urls")),
     path("", include("chat.page_urls")),
 ]
