@@ -108,27 +108,27 @@ class _Row:
     cut_off: bool
 
 
-def _text() -> Case:
-    """A row's text as the model reads it: a tool result's cut in the database."""
-    return Case(
-        When(role=Message.Role.TOOL, then=Substr("content", 1, TOOL_RESULT_CHARS)),
-        default=F("content"),
-        output_field=TextField(),
-    )
-
-
-def _rows_query(session_id: object, before: int | None) -> QuerySet:
+def _rows_query(session_id: object, before: int | None, after: int | None) -> QuerySet:
     rows = Message.objects.filter(session_id=session_id).exclude(role=Message.Role.NOTE)
     if before is not None:
         rows = rows.filter(id__lt=before)
-    rows = rows.annotate(text=_text(), size=Length("content")).order_by("-id")
+    if after is not None:
+        rows = rows.filter(id__gt=after)
+    rows = rows.annotate(
+        text=Case(
+            When(role=Message.Role.TOOL, then=Substr("content", 1, TOOL_RESULT_CHARS)),
+            default=F("content"),
+            output_field=TextField(),
+        ),
+        size=Length("content"),
+    ).order_by("-id")
     fields = ("id", "turn", "role", "text", "size", "tool_calls", "tool_call_id", "cut_off")
     return rows.values_list(*fields)[:READ_BATCH]
 
 
-def _rows_tail(connection: Any, session_id: object, before: int | None):
+def _rows_tail(connection: Any, session_id: object, before: int | None, after: int | None):
     tail = [db_value(Message, "session", session_id, connection), Message.Role.NOTE]
-    return tail if before is None else [*tail, before]
+    return [*tail, *(bound for bound in (before, after) if bound is not None)]
 
 
 # Every step of every turn reads rows of its window: compiled once per process
@@ -136,7 +136,7 @@ def _rows_tail(connection: Any, session_id: object, before: int | None):
 _ROWS = CompiledRead(
     build=_rows_query,
     tail=_rows_tail,
-    shape=lambda session_id, before: (before is None, READ_BATCH),
+    shape=lambda session_id, before, after: (before is None, after is None, READ_BATCH),
 )
 
 
@@ -283,20 +283,14 @@ class _Kept:
         return self.entry
 
 
-def _read(session_id: object, *, before: int | None = None) -> list[_Kept]:
-    """A batch of rows, newest first (`before`: only older ones), with their contexts."""
-    rows = [_Row(*values) for values in _ROWS.rows(session_id, before)]
-    return _kept_rows(rows, user_contexts=True)
-
-
-def _kept_rows(rows: list[_Row], *, user_contexts: bool) -> list[_Kept]:
-    """Rows with their contexts (read for the user messages among them when `user_contexts`)
-    and what the check reads of them (`_Checked`)."""
-    contexts = (
-        _contexts_read(row.id for row in rows if row.role == Message.Role.USER)
-        if user_contexts
-        else {}
-    )
+def _read(
+    session_id: object, *, before: int | None = None, after: int | None = None, seen: int = 0
+) -> list[_Kept]:
+    """A batch of rows, newest first (`after`: only newer ones), with their contexts, read for
+    the user messages newer than `seen` (the rows up to it are known to have none)."""
+    rows = [_Row(*values) for values in _ROWS.rows(session_id, before, after)]
+    user = Message.Role.USER
+    contexts = _contexts_read(row.id for row in rows if row.role == user and row.id > seen)
     kept = []
     for row in rows:
         found = contexts.get(row.id)
@@ -445,7 +439,7 @@ class _KeptSessions:
 _kept = _KeptSessions()
 
 
-def _check_query(session_id: object, since: int, newest: int) -> QuerySet:
+def _check_query(session_id: object, since: int) -> QuerySet:
     rows = (
         Message.objects.filter(session_id=session_id)
         .filter(id__gte=since)
@@ -454,35 +448,20 @@ def _check_query(session_id: object, since: int, newest: int) -> QuerySet:
     cut = Case(
         When(cut_off=True, then=Length("content")), default=Value(None), output_field=IntegerField()
     )
-
-    def new(expression: Any) -> Case:  # a column read for the rows newer than the kept ones
-        return Case(When(id__gt=newest, then=expression), default=None)
-
-    rows = rows.annotate(
-        cut=cut, text=new(_text()), size=new(Length("content")), calls=new(F("tool_calls"))
-    ).order_by("-id", "artifact__id")
-    return rows.values_list("id", "cut", "artifact__id", *_CHECK_ROW_FIELDS)[:CHECK_ROWS]
+    rows = rows.annotate(cut=cut).order_by("-id", "artifact__id")
+    return rows.values_list("id", "cut", "artifact__id")[:CHECK_ROWS]
 
 
-# After what the check compares, a new row's values in `_Row`'s order.
-_CHECK_ROW_FIELDS = ("turn", "role", "text", "size", "calls", "tool_call_id", "cut_off")
+def _check_tail(connection: Any, session_id: object, since: int) -> list[Any]:
+    return [db_value(Message, "session", session_id, connection), since, Message.Role.NOTE]
 
 
-def _check_tail(connection: Any, session_id: object, since: int, newest: int) -> list[Any]:
-    """Every parameter: the selected columns' first (`newest` and the text's cut), then the
-    filters'."""
-    text = [newest, Message.Role.TOOL, 1, TOOL_RESULT_CHARS]
-    session = db_value(Message, "session", session_id, connection)
-    return [*text, newest, newest, session, since, Message.Role.NOTE]
-
-
-# Every step checks its kept rows and reads the rows stored since, in one statement: compiled
-# once per process; the check's values (integers or NULL) are compared as the database gives
-# them, and only the new rows are converted.
+# Every step checks its kept rows: compiled once per process; its values (integers or NULL)
+# are compared as the database gives them.
 _CHECK = CompiledRead(
     build=_check_query,
     tail=_check_tail,
-    shape=lambda session_id, since, newest: CHECK_ROWS,
+    shape=lambda session_id, since: CHECK_ROWS,
     converted=False,
 )
 
@@ -491,36 +470,26 @@ def _known(session_id: object, session: _Session | None) -> tuple[list[_Kept], b
     """The session's newest rows as far as they are known without reading them again, and
     whether they reach its first row: the kept rows if one statement shows each still as it
     was kept and no other row among them (a row deleted, a context added or removed, a draft
-    grown or completed, a row committed late: all read again), after the rows stored since,
-    which the same statement reads (their contexts, if any, by one more)."""
+    grown or completed, a row committed late: all read again), after the rows stored since."""
     if session is None:
         return [], False
     rows = session.rows
     since = 0 if session.complete else rows[-1].row.id
+    found = _CHECK.rows(session_id, since)
     newest = rows[0].row.id
-    found = _CHECK.rows(session_id, since, newest)
-    new = 0
+    new, contexts = 0, False  # the check reads the new rows' contexts' ids too
     while new < len(found) and found[new][0] > newest:
+        contexts = contexts or found[new][2] is not None
         new += 1
-    if len(found) >= CHECK_ROWS or [values[:3] for values in found[new:]] != session.checked:
+    if len(found) >= CHECK_ROWS or found[new:] != session.checked:
         return [], False
     if not new:
         return rows, session.complete
-    if new >= READ_BATCH:  # too many to join up: read again, a batch at a time
-        return [], False
-    return _fresh(_CHECK.convert(found[:new], session_id, since, newest)) + rows, session.complete
-
-
-def _fresh(found: list[tuple[Any, ...]]) -> list[_Kept]:
-    """The check's new rows (a row per attached context), newest first, as kept rows; a user
-    message's contexts read when it has any."""
-    rows: dict[int, _Row] = {}
-    contexts = False
-    for values in found:
-        if values[0] not in rows:
-            rows[values[0]] = row = _Row(values[0], *values[3:])
-            contexts = contexts or (values[2] is not None and row.role == Message.Role.USER)
-    return _kept_rows(list(rows.values()), user_contexts=contexts)
+    # The new rows the check saw without a context have none: their contexts are not read.
+    fresh = _read(session_id, after=newest, seen=newest if contexts else found[0][0])
+    if len(fresh) >= READ_BATCH:  # too many to join up: the rows before them are read
+        return fresh, False
+    return fresh + rows, session.complete
 
 
 def history_window(*, session_id: object, budget: int, images: bool = False) -> HistoryWindow:
