@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.utils import CursorWrapper
@@ -60,18 +61,27 @@ def statement_run(
     tenth of the engine's database thread at 200 users, issue 15), and Django makes, wraps and
     closes a cursor per statement (~10 µs, as much as a short read's own work): on an open
     SQLite connection a compiled statement hands SQLite the form it made once, on a cursor
-    kept for them (`_kept_cursor`), through Django's execute wrappers and its error
-    translation as any statement. `result` reads the whole answer (Python's sqlite3 then
-    resets the statement: nothing stays open on the kept cursor), from SQLite's own cursor
-    under Django's error translation (through Django's cursor, each fetch made and called a
-    wrapper of its own: ~6 Python calls a statement); with no execute wrapper installed, the
-    statement and its answer under one translation, without the wrappers' loop. A connection not open yet, or one that
-    logs its queries (DEBUG, tests capturing them), runs it as Django runs it."""
-    cursor = _kept_cursor(connection) if qmark is not None else None
-    if cursor is None:
+    kept for them (one per thread and SQLite connection), through Django's execute wrappers
+    and its error translation as any statement. `result` reads the whole answer (Python's
+    sqlite3 then resets the statement: nothing stays open on the kept cursor), from SQLite's
+    own cursor under Django's error translation (through Django's cursor, each fetch made and
+    called a wrapper of its own: ~6 Python calls a statement); with no execute wrapper
+    installed, the statement and its answer under one translation, without the wrappers'
+    loop. A connection not open yet, or one that logs its queries (DEBUG, tests capturing
+    them), runs it as Django runs it."""
+    raw = connection.connection
+    # Django's `queries_logged`, read without its property's call (two a statement, with
+    # looking the kept cursor up in a function of its own).
+    if qmark is None or raw is None or connection.force_debug_cursor or settings.DEBUG:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return result(cursor)
+    kept = connection.__dict__.get("_compiled_cursor")
+    thread = threading.get_ident()
+    if kept is None or kept[0] is not raw or kept[1] != thread:
+        kept = (raw, thread, connection.make_cursor(connection.create_cursor()))
+        connection._compiled_cursor = kept
+    cursor = kept[2]
     if not connection.execute_wrappers:
         return _qmark_execute(cursor, qmark, params, result=result)
     executor = functools.partial(_qmark_execute, cursor)
@@ -90,20 +100,6 @@ def write_run(
         return statement_run(connection, sql, qmark, params, result)
     with transaction.mark_for_rollback_on_error(using=connection.alias):
         return statement_run(connection, sql, qmark, params, result)
-
-
-def _kept_cursor(connection: Any) -> CursorWrapper | None:
-    """The cursor this thread keeps on `connection`'s open SQLite connection for compiled
-    statements, or None (not open yet, or its queries logged)."""
-    raw = connection.connection
-    if raw is None or connection.queries_logged:
-        return None
-    kept = connection.__dict__.get("_compiled_cursor")
-    thread = threading.get_ident()
-    if kept is None or kept[0] is not raw or kept[1] != thread:
-        kept = (raw, thread, connection.make_cursor(connection.create_cursor()))
-        connection._compiled_cursor = kept
-    return kept[2]
 
 
 FETCH_ALL = operator.methodcaller("fetchall")
