@@ -11,8 +11,10 @@ rejects (docs/models.md, "How each server streams").
 
 One client per configuration and event loop (`provider_client`: an `aiohttp.ClientSession`
 and its connection pool), closed at shutdown (`provider_clients_close`). The body is
-serialised on the loop when it is small and in a worker thread when it is not
-(`_body_serialise`): a long conversation's JSON must not hold the loop (issue 15).
+serialised on the loop whatever its length: orjson holds the GIL, so a worker thread running it
+would hold the loop up as long and add its hop (~60 Python calls on the loop, a hand-over of
+the GIL); the history window's budget bounds the body, and orjson writes even 4,000 messages
+in ~0.15 ms (issue 15 allows the loop 5 ms).
 
 Three time-outs (docs/models.md): connecting (`connect_timeout`, each attempt), the first
 bytes of the answer (`first_byte_timeout`, from the request's start, retries included) and any
@@ -56,11 +58,6 @@ RETRIED_STATUSES = frozenset({408, 409, 429})
 # How long the body's end may take after `[DONE]` for the connection to be kept (`_body_end_read`).
 BODY_END_SECONDS = 0.25
 ERROR_BODY_BYTES = 64 * 1024  # what is read of an HTTP error's body for its message
-# A body whose messages hold fewer characters than this is serialised on the event loop
-# (orjson: ~20 µs at this size, a thread's hop ~90 µs of the loop's CPU at 200 users); a longer
-# one, or a history of more than INLINE_MESSAGES messages, in a worker thread.
-INLINE_BODY_CHARS = 64 * 1024
-INLINE_MESSAGES = 64
 CONNECTIONS_MAX = 1000  # as the SDK's pool: a process's requests in flight never queue here
 KEEPALIVE_SECONDS = 5.0
 USER_AGENT = f"GeoSense aiohttp/{aiohttp.__version__}"
@@ -140,9 +137,10 @@ def request_json(
     tools: list[dict[str, Any]],
     images: bool = True,
 ) -> bytes:
-    """The request body as JSON bytes (UTF-8, compact): O(history), see `_body_serialise`.
-    What orjson refuses (an integer past 64 bits in a client tool's schema) `json` writes, in
-    ASCII (escapes, so that even a lone surrogate it might meet is written, not raised)."""
+    """The request body as JSON bytes (UTF-8, compact), made on the loop (the module's
+    docstring says why). What orjson refuses (an integer past 64 bits in a client tool's
+    schema) `json` writes, in ASCII (escapes, so that even a lone surrogate it might meet is
+    written, not raised)."""
     if not images:
         history = history_without_images(history)
     body = chat_request(config, history=history, tools=tools)
@@ -150,40 +148,6 @@ def request_json(
         return orjson.dumps(body)
     except orjson.JSONEncodeError:
         return json.dumps(body, separators=(",", ":")).encode()
-
-
-def body_is_small(history: list[dict[str, Any]]) -> bool:
-    """Whether the history's messages hold fewer than INLINE_BODY_CHARS characters, counted in
-    at most INLINE_MESSAGES steps (a message with parts, a picture's, counts as large)."""
-    if len(history) > INLINE_MESSAGES:
-        return False
-    size = 0
-    for message in history:
-        content = message.get("content")
-        if content.__class__ is str:
-            size += len(content)
-        elif content is not None:
-            return False
-        if "tool_calls" in message:
-            for call in message["tool_calls"]:
-                size += len(call["function"]["arguments"])
-    return size < INLINE_BODY_CHARS
-
-
-async def _body_serialise(
-    config: ProviderConfig,
-    *,
-    history: list[dict[str, Any]],
-    tools: list[dict[str, Any]],
-    images: bool = True,
-) -> bytes:
-    """The body, on the loop when it is small (a thread's hop costs the loop more than orjson
-    does), in a worker thread when it is not: issue 15 forbids O(history) work on the loop."""
-    if body_is_small(history):
-        return request_json(config, history=history, tools=tools, images=images)
-    return await asyncio.to_thread(
-        request_json, config, history=history, tools=tools, images=images
-    )
 
 
 # --- the shared clients ----------------------------------------------------------------------
@@ -346,7 +310,7 @@ class OpenAIAgent:
         from sending); a server that refuses the pictures (HTTP 400 or 422 naming image input)
         is asked once more with them in words, and is not sent pictures again."""
         client = provider_client(self.config)
-        body = await _body_serialise(self.config, history=history, tools=tools)
+        body = request_json(self.config, history=history, tools=tools)
         deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout
         try:
             return await _post(client, body, deadline=deadline), deadline
@@ -364,7 +328,7 @@ class OpenAIAgent:
                 exc.message,
                 self.config.model or "default",
             )
-        body = await _body_serialise(self.config, history=history, tools=tools, images=False)
+        body = request_json(self.config, history=history, tools=tools, images=False)
         deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout
         return await _post(client, body, deadline=deadline), deadline
 

@@ -1,7 +1,7 @@
 """The model server failing or slow (issue 15, items 1, 2 and 7): a model that never answers
 ends the turn at the first-byte time-out with one request, a stall mid-stream ends it at the
 between-chunk time-out with the text already shown kept (cut off), and every turn of a process
-shares one client, with a long conversation's body serialised off the event loop."""
+shares one client."""
 
 import asyncio
 import json
@@ -16,7 +16,7 @@ from aiohttp import web
 from chat.agents import AgentContext, AgentError, agent_configured, agents_close
 from chat.agents import openai as openai_agent_module
 from chat.models import ChatSession, Message
-from tests.chat.costs import python_calls
+from tests.chat.costs import python_calls, python_calls_of
 from tests.chat.helpers import post_stream
 from tests.fakes.fake_openai import Pause, Text
 
@@ -92,11 +92,13 @@ async def test_a_pause_mid_stream_longer_than_the_first_byte_timeout_is_waited_o
     assert out.text == "There are twelve trees."
 
 
-async def test_turns_share_one_client_and_only_a_long_body_is_serialised_off_the_loop(
+async def test_turns_share_one_client_and_every_body_is_serialised_on_the_loop(
     client, trusted_caller, openai_agent, monkeypatch
 ):
-    """A short conversation's body costs orjson less than a thread's hop would cost the loop;
-    a long one's is O(history) and goes to a worker thread (issue 15, cause 2)."""
+    """One client serves every turn; a body is serialised on the loop however long the
+    conversation (the history window's budget bounds it): orjson holds the GIL, so the worker
+    thread it went to held the loop up as long, and its hop cost the loop ~60 Python calls more
+    a request (issue 15)."""
     builds: list[str] = []
     bodies: list[str] = []
     build, serialise = openai_agent_module._client_build, openai_agent_module.request_json
@@ -118,12 +120,26 @@ async def test_turns_share_one_client_and_only_a_long_body_is_serialised_off_the
     assert len(builds) == 1
     assert bodies == [main] * 3
 
-    long_history = [{"role": "user", "content": "x" * openai_agent_module.INLINE_BODY_CHARS}]
-    await _answer(agent_configured(), history=long_history)
-    many = [{"role": "user", "content": "hi"}] * (openai_agent_module.INLINE_MESSAGES + 1)
+    many = [{"role": "user", "content": "hi"}] * 200
     await _answer(agent_configured(), history=many)
-    assert len(bodies) == 5 and main not in bodies[3:]
     assert openai_agent.requests[-1]["messages"] == many
+    assert bodies == [main] * 4
+
+    # What makes it right: the body is one C call (orjson, holding the GIL) whatever the window
+    # holds, its Python calls the same for 4,000 messages or 200 pictures as for one message.
+    config = agent_configured().config
+    picture = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 4000}}
+    windows = {
+        "one message": [{"role": "user", "content": "hi"}],
+        "4,000 messages": [{"role": "user", "content": "x" * 200}] * 4000,
+        "200 pictures": [{"role": "user", "content": [{"type": "text", "text": "a"}, picture]}]
+        * 200,
+    }
+    calls = {
+        name: python_calls_of(serialise, config, history=history, tools=[])
+        for name, history in windows.items()
+    }
+    assert set(calls.values()) == {calls["one message"]} and calls["one message"] <= 3, calls
 
     shared = openai_agent_module.provider_client(
         openai_agent_module.ProviderConfig(base_url=openai_agent.base_url)
