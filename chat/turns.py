@@ -440,8 +440,10 @@ class TurnRunner:
     # A client call's result (`services.tool_result_store`'s arguments) that the turn's next
     # trip stores before anything else (`_deferred_store`): the next step's inputs, or the end.
     deferred: dict[str, Any] | None = None
-    # Free tokens reported by the turn's steps that called tools, recorded with its next
-    # step's (one statement for both) or by its end (`_usages_record`).
+    # Tokens reported but not recorded yet: free ones of the turn's steps that called tools,
+    # recorded with its next step's (one statement for both), and any request's the model failed
+    # or the turn was stopped in; the turn's end records what is left (`_held_usages_record`).
+    # Touched by one trip at a time: the loop appends only while no trip of the turn runs.
     held: list[Usage] = field(default_factory=list)
 
     @property
@@ -504,17 +506,28 @@ class TurnRunner:
         """The end of the turn in the database, in one trip to its thread: a result still
         deferred stored, then unless the turn settled (every call of it answered, or waiting
         on its pause), every call given a result (a repair the database refuses is left to the
-        next turn's preparation), then the claim released (a refusal raises: the caller
-        retries it)."""
+        next turn's preparation), the tokens still held recorded, then the claim released (a
+        refusal raises: the caller retries it)."""
         try:
             self._deferred_store()
-            if self.held:
-                self._usages_record([])
             if not self.settled:
                 services.history_repair(session_id=self.session_id)
         except OperationalError as exc:
             logger.warning("turn %s#%s: repair deferred: %s", self.session_id, self.turn, exc)
+        if self.held:
+            self._held_usages_record()
         services.session_release(session_id=self.session_id)
+
+    def _held_usages_record(self) -> None:
+        """The tokens still held at the turn's end recorded (and charged, when priced): never in
+        the way of the release, whatever the database or a model server's figures do (lost,
+        they are lost as a crash loses them; review 29-a H1: an error here kept the session
+        running until its lease ran out, with no `turn_end`)."""
+        held, self.held = self.held, []
+        try:
+            self._usages_record(held)
+        except Exception:
+            logger.exception("turn %s#%s: tokens used not recorded", self.session_id, self.turn)
 
     def _deferred_store(self) -> None:
         """Store the client call's result the turn deferred to this trip (first: a message
@@ -777,8 +790,7 @@ class TurnRunner:
             # the model reported it used is charged.
             if stream:
                 await asyncio.shield(draft.close(cut_off=True))
-            if usages:
-                await asyncio.shield(in_thread(self._usages_record)(usages))
+            self.held += usages  # recorded by the turn's end, its next trip
             raise
         self.draft_id = await draft.close() if stream else None
         text = "".join(draft.parts)

@@ -416,9 +416,20 @@ class ChunkParser:
         return bool(name and call.name and not call_id and call.arguments_complete())
 
 
+# The most tokens one request's usage may report: more is no model's (the turn's row sums a
+# turn's requests in 64-bit integers; a server's 2**63 failed the statement, review 29-a H1).
+TOKENS_REPORTED_MAX = 2**31 - 1
+
+
 def _usage(usage: Mapping[str, Any]) -> Usage | None:
+    """The request's tokens, when the server reported two counts a model could use."""
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if isinstance(prompt, int) and isinstance(completion, int):
+    if (
+        isinstance(prompt, int)
+        and isinstance(completion, int)
+        and prompt <= TOKENS_REPORTED_MAX
+        and completion <= TOKENS_REPORTED_MAX
+    ):
         return Usage(prompt_tokens=prompt, completion_tokens=completion)
     return None
 

@@ -6,6 +6,7 @@ import pytest
 
 from chat.agents import AgentError, TextDelta, Thinking, ToolCallRequest
 from chat.agents.wire import (
+    TOKENS_REPORTED_MAX,
     ChunkParser,
     SseDecoder,
     SseError,
@@ -167,6 +168,18 @@ def test_the_last_usage_reported_wins():
         {"choices": [], "usage": None},
     )
     assert items[-1] == Usage(prompt_tokens=5, completion_tokens=2)
+
+
+def test_a_usage_no_model_could_report_is_no_usage():
+    """A server's 2**63 tokens failed the statement that adds them to the turn's row (review
+    29-a H1); a count past 2**31 - 1 is taken as no report, a real count as it is."""
+    most = TOKENS_REPORTED_MAX
+    for prompt, completion in ((2**63, 1), (1, most + 1)):
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+        assert run(chunk({"content": "a"}, "stop", usage=usage)) == [TextDelta("a")]
+    usage = {"prompt_tokens": most, "completion_tokens": 0}
+    items = run(chunk({"content": "a"}, "stop", usage=usage))
+    assert items[-1] == Usage(prompt_tokens=most, completion_tokens=0)
 
 
 # --- the body's bytes, as they arrive ----------------------------------------------------------

@@ -75,6 +75,32 @@ async def test_free_tokens_of_a_step_with_calls_are_recorded_when_the_turn_ends_
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
+async def test_tokens_the_turns_end_cannot_record_do_not_keep_the_session_running(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """Review 29-a H1: the held tokens' statement failing (any error, not only a locked
+    database) skipped the release and `turn_end`: the session stayed running until its lease
+    ran out. The end logs the tokens as lost and goes on."""
+
+    def refused(**_kwargs):
+        raise ValueError("the database refused the figures")
+
+    monkeypatch.setattr("chat.usage.usage_record", refused)
+    openai_agent.usage = (1200, 80)
+    openai_agent.reply_tool_calls([("call_1", "list_classes", {})])
+    openai_agent.fail(400)  # not retried: the end records the held tokens
+
+    out = await say(client, trusted_caller)
+
+    assert out.names()[-1] == "turn_end"
+    state = await sync_to_async(
+        lambda: type(trusted_caller.session).objects.get(pk=trusted_caller.session.pk).turn_state
+    )()
+    assert state == "idle"
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
 async def test_tokens_are_charged_through_the_ledger_at_the_price_per_1000(
     client, trusted_caller, openai_agent, settings
 ):
