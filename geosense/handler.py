@@ -36,8 +36,9 @@ from django.conf import settings
 from django.core import signals
 from django.core.cache import close_caches
 from django.core.exceptions import RequestAborted
-from django.core.handlers import asgi
+from django.core.handlers import asgi, base
 from django.core.handlers.base import reset_urlconf
+from django.core.handlers.exception import convert_exception_to_response
 from django.db import close_old_connections, connections, reset_queries
 from django.dispatch import Signal
 from django.http import HttpRequest
@@ -267,6 +268,14 @@ async def _first_done(tasks: list[asyncio.Task]) -> None:
             task.remove_done_callback(done)
 
 
+def _converted(get_response: Callable) -> Callable:
+    """Django's `convert_exception_to_response` for the loader, but a layer that converts its
+    own exceptions as the wrapper would is left as it is."""
+    if getattr(get_response, "converts_exceptions", False):
+        return get_response
+    return convert_exception_to_response(get_response)
+
+
 class ASGIHandler(asgi.ASGIHandler):
     """Django's ASGI handler with per-request lanes, the async-native middleware chain and
     Django's request signals without thread hops when only Django's own receivers listen."""
@@ -355,7 +364,9 @@ class ASGIHandler(asgi.ASGIHandler):
         return resolved[2]
 
     def load_middleware(self, is_async: bool = False) -> None:
-        """Django's chain, built with each middleware of `ASYNC_TWINS` replaced by its twin.
+        """Django's chain, built with each middleware of `ASYNC_TWINS` replaced by its twin, and
+        without Django's exception-to-response wrapper around a twin that converts its own
+        exceptions (`converts_exceptions`, geosense/middleware.py).
 
         `MIDDLEWARE` is read by Django's loader and by its system checks, which look for
         Django's own names (`check --deploy` skips the HSTS, SSL-redirect and cookie checks
@@ -363,10 +374,12 @@ class ASGIHandler(asgi.ASGIHandler):
         built at start-up."""
         configured = settings.MIDDLEWARE
         settings.MIDDLEWARE = [ASYNC_TWINS.get(path, path) for path in configured]
+        base.convert_exception_to_response = _converted
         try:
             super().load_middleware(is_async=is_async)
         finally:
             settings.MIDDLEWARE = configured
+            base.convert_exception_to_response = convert_exception_to_response
 
 
 def asgi_application() -> ASGIHandler:

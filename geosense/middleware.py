@@ -31,6 +31,7 @@ from django.contrib.auth import middleware as auth_middleware
 from django.contrib.messages import middleware as messages_middleware
 from django.contrib.messages.storage import default_storage
 from django.contrib.sessions import middleware as sessions_middleware
+from django.core.handlers.exception import response_for_exception
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.middleware import clickjacking, common, csrf, security
@@ -51,29 +52,36 @@ class AsyncNative:
     a middleware and request for nothing. Only the ASGI handler loads the twins, async."""
 
     sync_capable = False
+    # The handler leaves Django's `convert_exception_to_response` off this layer: `__call__`
+    # converts an exception itself, as that wrapper did, in its own frame (the wrapper was a
+    # coroutine of its own, called and resumed with the chain: ~15 Python calls a turn).
+    converts_exceptions = True
 
     request_needs_thread: Callable[[HttpRequest], bool] | None = None
     response_needs_thread: Callable[[HttpRequest, HttpResponseBase], bool] | None = None
 
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
-        response = None
-        process_request = getattr(self, "process_request", None)
-        if process_request is not None:
-            needs = self.request_needs_thread
-            if needs is not None and needs(request):
-                response = await sync_to_async(process_request, thread_sensitive=True)(request)
-            else:
-                response = process_request(request)
-        response = response or await self.get_response(request)
-        process_response = getattr(self, "process_response", None)
-        if process_response is not None:
-            needs = self.response_needs_thread
-            if needs is not None and needs(request, response):
-                return await sync_to_async(process_response, thread_sensitive=True)(
-                    request, response
-                )
-            response = process_response(request, response)
-        return response
+        try:
+            response = None
+            process_request = getattr(self, "process_request", None)
+            if process_request is not None:
+                needs = self.request_needs_thread
+                if needs is not None and needs(request):
+                    response = await sync_to_async(process_request, thread_sensitive=True)(request)
+                else:
+                    response = process_request(request)
+            response = response or await self.get_response(request)
+            process_response = getattr(self, "process_response", None)
+            if process_response is not None:
+                needs = self.response_needs_thread
+                if needs is not None and needs(request, response):
+                    return await sync_to_async(process_response, thread_sensitive=True)(
+                        request, response
+                    )
+                response = process_response(request, response)
+            return response
+        except Exception as exc:
+            return await sync_to_async(response_for_exception, thread_sensitive=False)(request, exc)
 
 
 class SecurityMiddleware(AsyncNative, security.SecurityMiddleware):
