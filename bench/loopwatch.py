@@ -10,6 +10,9 @@ loop). SIGUSR1 writes both to OUT_FILE as JSON (and starts afresh); SIGUSR2 star
 of the loop thread, and the next SIGUSR2 writes it to OUT_FILE.prof-N. With LOOPWATCH_SERVED=1
 each served client-tool call of a turn is timed whole and its round trip apart.
 The wrapper costs about a microsecond per callback, the same for every tree measured.
+It watches asyncio's own loop only: uvloop's handles are C and never call `Handle._run`, so
+under uvloop's policy it refuses to start rather than report an empty watch (a served process
+runs uvloop, `python -m geosense.serve`: these figures are asyncio's).
 """
 
 from __future__ import annotations
@@ -136,6 +139,8 @@ def _served_calls_timed() -> None:
 
 
 def main() -> None:
+    if not isinstance(asyncio.get_event_loop_policy(), asyncio.DefaultEventLoopPolicy):
+        raise SystemExit("loopwatch times asyncio's own loop's callbacks: run it without uvloop")
     out = Path(sys.argv[1])
     sys.argv = ["daphne", *sys.argv[2:]]
     sys.path.insert(0, os.getcwd())

@@ -12,17 +12,23 @@ calls a turn costs the loop's thread, and the loop's thread holds the GIL for mo
 the process's CPU. uvloop does that work in C (docs/benchmarks.md)."""
 
 import asyncio
+import logging
 import sys
+
+logger = logging.getLogger(__name__)
 
 
 def event_loop_policy_install() -> bool:
-    """uvloop's policy for the loops made from now on, where uvloop is installed (not on
-    Windows); whether it was. Too late once Daphne's server module made its loop."""
+    """uvloop's policy for the loops made from now on, where uvloop is installed (a declared
+    dependency but on Windows); whether it was. Too late once Daphne's server module made its
+    loop."""
     if "daphne.server" in sys.modules:
         raise RuntimeError("Daphne's loop exists already: set the policy before importing it")
     try:
         import uvloop
     except ImportError:
+        if sys.platform != "win32":  # a virtualenv not synced since uvloop became a dependency
+            logger.warning("uvloop is not installed: serving on asyncio's loop (run `uv sync`)")
         return False
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return True

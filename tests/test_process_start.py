@@ -65,6 +65,7 @@ def test_what_the_process_made_before_serving_is_out_of_the_collectors_walk(tmp_
 def test_a_serving_process_collects_young_objects_every_50000_not_every_700(tmp_path):
     """At 200 users CPython's default (a young pass every 700 net allocations) made ~40 passes
     a second and pushed in-flight turns' objects into the middle and full generations, whose
-    passes walked them again: 4.3 % of the process's CPU. Every 50,000: 1.1 %."""
+    passes walked them again: 0.74-0.88 s of the collector's CPU in a server's first 16 s,
+    0.28-0.30 s with passes 50,000 apart (bench/gc_site; docs/benchmarks.md)."""
     *_imports, young = _imported_at_start(tmp_path, "openai")
     assert int(young) == 50_000

@@ -29,8 +29,8 @@ SECRET_KEY = "live-server-test-secret"
 SEED_ANNOTATIONS = 300
 SEED = 1
 START_TIMEOUT = 30.0
-# How every test and bench starts a server: Daphne on uvloop, as `make run` and the deployment
-# files do (geosense/serve.py); the arguments follow, as Daphne's command takes them.
+# How the tests and `bench/load.py` start a server: Daphne on uvloop, as `make run` and the
+# deployment files do (geosense/serve.py); the arguments follow, as Daphne's command takes them.
 SERVE = (sys.executable, "-m", "geosense.serve")
 
 # The test process's own configuration must not leak into the server: it gets exactly the
