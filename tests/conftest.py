@@ -10,6 +10,14 @@ import pytest
 pytest_plugins = ["tests.fakes.fixtures", "tests.browser.fixtures"]
 
 
+def pytest_asyncio_loop_factories(config, item):
+    """Every async test on uvloop's loop: the one a served process runs on (geosense/serve.py),
+    so the engine's cancellations, timers and thread hand-overs are tested where they run."""
+    import uvloop
+
+    return {"uvloop": uvloop.new_event_loop}
+
+
 @pytest.fixture(autouse=True)
 def _empty_cache():
     """Rate limits count in the cache (geosense/throttle.py): every test starts with none."""

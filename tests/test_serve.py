@@ -1,8 +1,12 @@
 """`python -m geosense.serve`: Daphne's command, on uvloop's event loop (geosense/serve.py)."""
 
+import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.browser.daphne_server import BASE_DIR, SERVE, start_server
 
@@ -41,7 +45,8 @@ def test_daphnes_loop_is_uvloops_when_the_launcher_set_the_policy_first():
 
 def test_the_tests_and_benches_servers_run_on_uvloop(tmp_path):
     """Every browser, multi-process and scale test starts its servers with `SERVE`, so the
-    loop `make run` and the deployment files use is the one the tests exercise."""
+    loop `make run` and the deployment files use is the one the tests exercise (nothing but
+    the launcher imports uvloop in a served process: its library mapped is the launcher's)."""
     assert SERVE[1:] == ("-m", "geosense.serve")
     server = start_server(db_path=tmp_path / "db.sqlite3", log_path=tmp_path / "log", extra_env={})
     try:
@@ -61,3 +66,29 @@ def test_make_run_and_the_deployment_files_serve_through_the_launcher():
         text = (BASE_DIR / path).read_text()
         assert "geosense.serve" in text, path
         assert "bin/daphne " not in text and '["daphne",' not in text, path
+
+
+@pytest.mark.asyncio
+async def test_the_async_tests_run_on_the_loop_the_server_runs_on():
+    """tests/conftest.py's loop factory: the engine's tests on uvloop, as it is served."""
+    assert type(asyncio.get_running_loop()).__module__ == "uvloop"
+
+
+def test_without_uvloop_the_launcher_says_so_and_serves_on_asyncios_loop(tmp_path):
+    """A virtualenv not synced since uvloop became a dependency serves as before, and its log
+    says why it is slower (review 29-a L2: it fell back without a word)."""
+    hidden = tmp_path / "uvloop"
+    hidden.mkdir()
+    (hidden / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    probe = PROBE.split("try:")[0]  # the install and Daphne's loop, not the refusal
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=BASE_DIR,
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}:{BASE_DIR}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.split() == ["False", "asyncio.unix_events", "True"]
+    assert "uvloop is not installed: serving on asyncio's loop" in result.stderr
