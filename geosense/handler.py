@@ -270,8 +270,12 @@ async def _first_done(tasks: list[asyncio.Task]) -> None:
 
 def _converted(get_response: Callable) -> Callable:
     """Django's `convert_exception_to_response` for the loader, but a layer that converts its
-    own exceptions as the wrapper would is left as it is."""
-    if getattr(get_response, "converts_exceptions", False):
+    own exceptions as the wrapper would (an `AsyncNative` twin's own `__call__`) is left as it
+    is; a subclass with a `__call__` of its own is wrapped (review 29-b L1: an inherited flag
+    would have let one that re-raises through unconverted)."""
+    from geosense.middleware import AsyncNative  # the middleware's modules need Django set up
+
+    if type(get_response).__call__ is AsyncNative.__call__:
         return get_response
     return convert_exception_to_response(get_response)
 
@@ -366,7 +370,7 @@ class ASGIHandler(asgi.ASGIHandler):
     def load_middleware(self, is_async: bool = False) -> None:
         """Django's chain, built with each middleware of `ASYNC_TWINS` replaced by its twin, and
         without Django's exception-to-response wrapper around a twin that converts its own
-        exceptions (`converts_exceptions`, geosense/middleware.py).
+        exceptions (`AsyncNative.__call__`, geosense/middleware.py).
 
         `MIDDLEWARE` is read by Django's loader and by its system checks, which look for
         Django's own names (`check --deploy` skips the HSTS, SSL-redirect and cookie checks

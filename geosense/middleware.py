@@ -51,11 +51,11 @@ class AsyncNative:
     only hands an async request on to `__acall__`) and a helper per step were three Python calls
     a middleware and request for nothing. Only the ASGI handler loads the twins, async."""
 
+    # The handler leaves Django's `convert_exception_to_response` off a layer whose `__call__` is
+    # this one (geosense/handler.py `_converted`): it converts an exception itself, as that
+    # wrapper did, in its own frame (the wrapper was a coroutine of its own, called and resumed
+    # with the chain: ~15 Python calls a turn).
     sync_capable = False
-    # The handler leaves Django's `convert_exception_to_response` off this layer: `__call__`
-    # converts an exception itself, as that wrapper did, in its own frame (the wrapper was a
-    # coroutine of its own, called and resumed with the chain: ~15 Python calls a turn).
-    converts_exceptions = True
 
     request_needs_thread: Callable[[HttpRequest], bool] | None = None
     response_needs_thread: Callable[[HttpRequest, HttpResponseBase], bool] | None = None

@@ -231,3 +231,22 @@ def test_a_bearer_request_has_its_user_set_by_the_token_alone_only_where_it_come
     token_next = convert_exception_to_response(BearerTokenMiddleware(view))
     middleware.AuthenticationMiddleware(token_next).process_request(before_the_token)
     assert not hasattr(before_the_token, "user")
+
+
+def test_only_a_twins_own_call_goes_without_djangos_exception_wrapper():
+    """The handler leaves `convert_exception_to_response` off a layer whose `__call__` is the
+    twins' (it converts its own exceptions); a subclass with a `__call__` of its own may not,
+    and is wrapped (review 29-b L1: an inherited flag let it through unwrapped)."""
+    from geosense.handler import _converted
+    from geosense.middleware import SessionMiddleware
+
+    async def view(request):
+        return HttpResponse()
+
+    class Reraising(SessionMiddleware):
+        async def __call__(self, request):
+            return await self.get_response(request)
+
+    twin, own = SessionMiddleware(view), Reraising(view)
+    assert _converted(twin) is twin
+    assert _converted(own) is not own
