@@ -185,7 +185,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         try:
             while True:
                 message = await receive()
-                began = time.monotonic()  # the loop's clock, without `loop.time()`'s call
+                began = time.monotonic()  # `loop.time()`'s clock, without its call
                 async with self.handling:
                     if layer_messages.done():  # its handler failed while this frame waited
                         raise layer_messages.exception()

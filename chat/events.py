@@ -160,7 +160,7 @@ class EventFeed:
         self._events: list[TurnEvent] = []
         self._waiter: asyncio.Future[None] | None = None
         self._idle = idle
-        self._taken_at = time.monotonic()  # the loop's clock (`loop.time()`), without its call
+        self._taken_at = time.monotonic()  # `loop.time()`'s clock (uvloop's to the millisecond)
         self._timer = self._loop.call_at(self._taken_at + idle, self._keepalive_due)
 
     def put(self, event: TurnEvent) -> None:

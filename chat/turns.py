@@ -766,7 +766,8 @@ class TurnRunner:
         stream: bool,
     ) -> tuple[str, list[ToolCallRequest], list[Usage]]:
         """One model request, streamed: its text, its calls and the usage it reported (stored
-        by the caller with the step's message; here only if the stream breaks)."""
+        by the caller with the step's message; if the stream breaks, held for the turn's end,
+        its next trip, which records them: `_held_usages_record`)."""
         draft = _Draft(session_id=self.session_id, turn=self.turn)
         calls: list[ToolCallRequest] = []
         usages: list[Usage] = []

@@ -12,9 +12,12 @@ pytest_plugins = ["tests.fakes.fixtures", "tests.browser.fixtures"]
 
 def pytest_asyncio_loop_factories(config, item):
     """Every async test on uvloop's loop: the one a served process runs on (geosense/serve.py),
-    so the engine's cancellations, timers and thread hand-overs are tested where they run."""
-    import uvloop
-
+    so the engine's cancellations, timers and thread hand-overs are tested where they run.
+    Without uvloop (not on Windows, as the launcher) the plugin's own, asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
     return {"uvloop": uvloop.new_event_loop}
 
 

@@ -13,8 +13,8 @@ One client per configuration and event loop (`provider_client`: an `aiohttp.Clie
 and its connection pool), closed at shutdown (`provider_clients_close`). The body is
 serialised on the loop whatever its length: orjson holds the GIL, so a worker thread running it
 would hold the loop up as long and add its hop (~60 Python calls on the loop, a hand-over of
-the GIL); the history window's budget bounds the body, and orjson writes even 4,000 messages
-in ~0.15 ms (issue 15 allows the loop 5 ms).
+the GIL); the history window's budget bounds the body, and orjson writes even 4,000 distinct messages
+(1.9 MB) in ~1.7 ms (issue 15 allows the loop 5 ms).
 
 Three time-outs (docs/models.md): connecting (`connect_timeout`, each attempt), the first
 bytes of the answer (`first_byte_timeout`, from the request's start, retries included) and any
