@@ -131,6 +131,10 @@ class PreparedTurn:
     # When the claim was taken (time.monotonic(), read before its write): its lease is fresh
     # until then + a quarter.
     claimed: float = field(default_factory=time.monotonic)
+    # The agent the turn runs with, chosen as it is prepared (`turn_prepare`).
+    agent: Agent | None = None
+    # A new message's first step's inputs, read in its preparation's trip (`_read_ahead`).
+    ahead: "_StepInputs | None" = None
 
 
 @dataclass
@@ -190,6 +194,7 @@ class _StepInputs:
     specs: list[dict[str, Any]]
     history: list[dict[str, Any]]
     context: AgentContext
+    images: bool  # the newest user message's pictures are image parts (`history_window`)
 
 
 @dataclass(frozen=True)
@@ -285,7 +290,11 @@ def _prepare_decision(*, session_id: Any, user: Any, request: DecisionAnswer) ->
     )
 
 
-def _prepare_sync(*, session_id: Any, user: Any, request: TurnRequest) -> PreparedTurn:
+def _prepare_sync(
+    *, session_id: Any, user: Any, request: TurnRequest, images: bool = False
+) -> PreparedTurn:
+    """Claim and store what the turn starts from; a new message's first step's inputs too
+    (`_read_ahead`), for an agent that takes pictures as image parts if `images`."""
     if isinstance(request, NewMessage):
         request = NewMessage(text=request.text, contexts=_contexts_checked(request.contexts))
         if not request.text.strip():
@@ -301,7 +310,6 @@ def _prepare_sync(*, session_id: Any, user: Any, request: TurnRequest) -> Prepar
         else:
             prepared = _prepare_decision(session_id=session_id, user=user, request=request)
         prepared.claimed = claimed
-        return prepared
     except BaseException:
         try:
             services.session_release(session_id=session_id)
@@ -309,21 +317,52 @@ def _prepare_sync(*, session_id: Any, user: Any, request: TurnRequest) -> Prepar
             # The claim stays until the release goes through (retried off this request).
             _release_later(session_id)
         raise
+    if isinstance(request, NewMessage):
+        prepared.ahead = _step_reads_ahead(prepared, images=images)
+    return prepared
+
+
+def _step_reads_ahead(prepared: PreparedTurn, *, images: bool) -> "_StepInputs | None":
+    """A new message's first step's inputs, read in its preparation's trip: a trip fewer a
+    turn (each is a wake-up of the database thread and of the loop, and under load a wait
+    behind every turn's trips; issue 15). Nothing was deferred, and the claim was just taken
+    (renewed here as a step renews it, should the preparation have outlasted a quarter lease),
+    so they are what the step's own trip would read. None when a read fails: the message is
+    stored and the request is not refused for it; the step reads them in a trip of its own
+    and meets what went wrong there, as a step does."""
+    try:
+        now = time.monotonic()
+        if now - prepared.claimed > STEP_RENEW_SECONDS:
+            services.session_lease_renew(session_id=prepared.session_id)
+            prepared.claimed = now  # the lease is as fresh as a claim taken now
+        return _step_reads(session_id=prepared.session_id, images=images)
+    except Exception:
+        return None
 
 
 async def turn_prepare(*, session_id: Any, user: Any, request: TurnRequest) -> PreparedTurn:
     """Claim and store what the turn starts from, or refuse; `TurnUnavailable` when the
-    database cannot take it now (every step before a stream is one transaction or undone)."""
+    database cannot take it now (every step before a stream is one transaction or undone).
+    The turn's agent is chosen now (`agent_configured`): its first step may be read now."""
     work_begin()  # this turn's trips (its task's too) go before those of turns begun after it
     if isinstance(request, DecisionAnswer):
         await approvals.decision_answer_check(
             session_id=session_id, tool_call_id=request.tool_call_id, result=request.result
         )
+    agent = agent_configured()
     try:
-        return await in_thread(_prepare_sync)(session_id=session_id, user=user, request=request)
+        prepared = await in_thread(_prepare_sync)(
+            session_id=session_id, user=user, request=request, images=_accepts_images(agent)
+        )
     except OperationalError as exc:
         logger.warning("turn of session %s not started: %s", session_id, exc)
         raise TurnUnavailable("the database is busy; please send the request again") from exc
+    prepared.agent = agent
+    return prepared
+
+
+def _accepts_images(agent: Agent) -> bool:
+    return getattr(agent, "accepts_images", False)
 
 
 # --- releasing a claim the database refused to release ----------------------------------------
@@ -369,9 +408,11 @@ def turn_launch(
     listener: Callable[[wire.TurnEvent], None] | None = None,
     agent: Agent | None = None,
 ) -> asyncio.Task:
-    """Run the prepared turn as its own task; `listener` sees its events as they happen."""
+    """Run the prepared turn as its own task; `listener` sees its events as they happen. It
+    runs with `agent`, else the one it was prepared for."""
     sink = EventSink(session_id=prepared.session_id, listeners=[listener] if listener else [])
-    runner = TurnRunner(prepared=prepared, sink=sink, agent=agent or agent_configured())
+    agent = agent or prepared.agent or agent_configured()
+    runner = TurnRunner(prepared=prepared, sink=sink, agent=agent)
     task = asyncio.create_task(runner.run(), name=f"turn {prepared.session_id}#{prepared.turn}")
     _running.add(task)
     task.add_done_callback(_running.discard)
@@ -625,7 +666,7 @@ class TurnRunner:
             ):
                 await self._note(usage.CREDITS_RAN_OUT)
                 return
-            step = await in_thread(self._step_inputs)()
+            step = self._read_ahead() or await in_thread(self._step_inputs)()
             text, calls, usages = await self._ask(
                 step.history, step.specs, step.context, stream=True
             )
@@ -654,40 +695,27 @@ class TurnRunner:
             content=STEP_LIMIT_NOTE,
         ).pk
 
+    def _read_ahead(self) -> "_StepInputs | None":
+        """The first step's inputs as the preparation read them (`_step_reads_ahead`), once,
+        when they were read for what this turn's agent takes (its pictures as image parts or
+        not: an agent given at launch, or a server that refused an image meanwhile)."""
+        ahead, self.prepared.ahead = self.prepared.ahead, None
+        if ahead is None or ahead.images != _accepts_images(self.agent):
+            return None
+        return ahead
+
     def _step_inputs(self) -> "_StepInputs":
         """What a step asks the model with, read in one trip to the database thread (each
         trip is a wake-up of that thread and of the loop, the ceiling under load): the claim
-        renewed when it was taken or last renewed more than a quarter lease ago, the
-        session's client tools, the system prompt and the newest turns that fit the model's
-        context (chat/history.py; pictures as images when the agent takes them). The last
-        call's result of the step before is stored first, when it was deferred to this trip."""
+        renewed when it was taken or last renewed more than a quarter lease ago, then
+        `_step_reads`. The last call's result of the step before is stored first, when it was
+        deferred to this trip."""
         self._deferred_store()
         now = time.monotonic()
         if self._lease_stale(now):
             services.session_lease_renew(session_id=self.session_id)
             self.renewed = now
-        toolset, client_specs = selectors.client_tools_offered(session_id=self.session_id)
-        specs = backend_tool_specs() + client_specs  # each made once, not at every step
-        overview = annotation_overview()
-        prompt = system_prompt(overview=overview.counts, shapes=overview.shapes)
-        window = history_window(
-            session_id=self.session_id,
-            budget=history_budget(system=prompt, tools=specs),
-            images=getattr(self.agent, "accepts_images", False),
-        )
-        request = (
-            selectors.user_request_of(text=window.latest_user[0], contexts=window.latest_user[1])
-            if window.latest_user is not None
-            else selectors.user_request_latest(session_id=self.session_id)
-        )
-        if window.left_out:
-            prompt = f"{prompt}\n\n{LEFT_OUT_NOTE}"
-        return _StepInputs(
-            toolset=toolset,
-            specs=list(specs.specs),
-            history=[{"role": "system", "content": prompt}, *window.messages],
-            context=AgentContext(overview=overview.counts, shapes=overview.shapes, request=request),
-        )
+        return _step_reads(session_id=self.session_id, images=_accepts_images(self.agent))
 
     def _step_store(
         self,
@@ -1108,6 +1136,33 @@ class TurnRunner:
         if invalid is not None:
             return invalid
         return await backend_tool_run(tool=tool, arguments=arguments, context=self._tool_context())
+
+
+def _step_reads(*, session_id: Any, images: bool) -> _StepInputs:
+    """A step's reads: the session's client tools, the system prompt and the newest turns that
+    fit the model's context (chat/history.py; the newest pictures as image parts if
+    `images`), with the request they answer."""
+    toolset, client_specs = selectors.client_tools_offered(session_id=session_id)
+    specs = backend_tool_specs() + client_specs  # each made once, not at every step
+    overview = annotation_overview()
+    prompt = system_prompt(overview=overview.counts, shapes=overview.shapes)
+    window = history_window(
+        session_id=session_id, budget=history_budget(system=prompt, tools=specs), images=images
+    )
+    request = (
+        selectors.user_request_of(text=window.latest_user[0], contexts=window.latest_user[1])
+        if window.latest_user is not None
+        else selectors.user_request_latest(session_id=session_id)
+    )
+    if window.left_out:
+        prompt = f"{prompt}\n\n{LEFT_OUT_NOTE}"
+    return _StepInputs(
+        toolset=toolset,
+        specs=list(specs.specs),
+        history=[{"role": "system", "content": prompt}, *window.messages],
+        context=AgentContext(overview=overview.counts, shapes=overview.shapes, request=request),
+        images=images,
+    )
 
 
 def _json_text(content: dict[str, Any]) -> str:
