@@ -566,6 +566,34 @@ async def test_a_claims_freshness_runs_from_before_its_write(
     assert prepared[0].claimed <= claims[0]
 
 
+@pytest.mark.parametrize("fails", [False, True])
+async def test_a_new_messages_first_step_is_read_with_its_preparation_or_by_itself(
+    client, trusted_caller, openai_agent, monkeypatch, fails
+):
+    """The first step's inputs are read in the preparation's trip; when that read fails, the
+    message is still taken and the step reads them in a trip of its own (and answers as usual)."""
+    from chat import turns
+
+    reads = []
+    real_reads = turns._step_reads
+
+    def reads_counted(**kwargs):
+        reads.append(len(reads))
+        if fails and len(reads) == 1:
+            raise RuntimeError("the read ahead broke")
+        return real_reads(**kwargs)
+
+    monkeypatch.setattr(turns, "_step_reads", reads_counted)
+    openai_agent.reply_text("Hello.")
+
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+
+    assert out.names() == ["turn_start", "text_delta", "message", "turn_end"]
+    assert len(reads) == (2 if fails else 1)
+
+
 @pytest.mark.parametrize("stale", [False, True])
 async def test_a_step_renews_the_claim_only_when_its_last_renewal_is_old(
     client, trusted_caller, openai_agent, monkeypatch, stale
