@@ -393,8 +393,12 @@ class _Session:
 
     rows: list[_Kept]  # newest first, no row of the session missing between them
     complete: bool  # rows[-1] is the session's oldest row
-    chars: int
+    chars: int  # of `rows` and `stored`
     checked: list[tuple[int, int | None, int | None]]  # what `_CHECK` reads of them
+    # Rows the turn holding the claim stored since (`history_rows_stored`), newest first, and
+    # what `_CHECK` reads of them: the next window's new rows when the check finds just these.
+    stored: list[_Kept] = field(default_factory=list)
+    stored_checked: list[tuple[int, int | None, int | None]] = field(default_factory=list)
 
 
 class _KeptSessions:
@@ -430,6 +434,35 @@ class _KeptSessions:
                 _, dropped = self._sessions.popitem(last=False)
                 self._chars -= dropped.chars
 
+    def stored_add(self, key: str, rows: list[_Kept]) -> None:
+        """Note `rows` (newest first, newer than any row kept or noted) as stored since a kept
+        session's last window, within the limits of `put` (past them the session is dropped)."""
+        chars = sum([kept.chars for kept in rows])
+        checked = [values for kept in rows for values in kept.checked]
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is None:
+                return
+            newest = (session.stored or session.rows)[0].row.id
+            if rows[-1].row.id <= newest:
+                return
+            if (
+                session.chars + chars > KEPT_CHARS // 4
+                or len(session.checked) + len(session.stored_checked) + len(checked)
+                > CHECK_ROWS // 2
+            ):
+                del self._sessions[key]
+                self._chars -= session.chars
+                return
+            session.stored = rows + session.stored
+            session.stored_checked = checked + session.stored_checked
+            session.chars += chars
+            self._chars += chars
+            self._sessions.move_to_end(key)
+            while self._chars > KEPT_CHARS or len(self._sessions) > KEPT_SESSIONS:
+                _, dropped = self._sessions.popitem(last=False)
+                self._chars -= dropped.chars
+
     def clear(self) -> None:
         with self._lock:
             self._sessions.clear()
@@ -437,6 +470,47 @@ class _KeptSessions:
 
 
 _kept = _KeptSessions()
+
+
+def history_rows_stored(*, session_id: object, messages: Sequence[Message]) -> None:
+    """Messages the turn holding the session's claim has just stored, oldest first, noted with
+    the session's kept rows as a window reads them: when the next window's check finds just
+    these as its new rows, no statement reads them (a statement and its rows' Python work each
+    step of a turn, issue 15). Any other new row (stored by anyone else, or not noted: a draft,
+    a message with contexts) and the new rows are read as before (engine invariant 6). A note
+    is skipped (no window reads it); the messages are noted up to the first that cannot be."""
+    rows: list[_Kept] = []
+    for message in messages:
+        if message.role == Message.Role.NOTE:
+            continue
+        kept = _stored_row(message)
+        if kept is None or (rows and kept.row.id <= rows[-1].row.id):
+            break
+        rows.append(kept)
+    if rows:
+        _kept.stored_add(str(session_id), rows[::-1])
+
+
+def _stored_row(message: Message) -> _Kept | None:
+    """A stored message as the window reads it (`_read`), or None for a draft (its text may
+    still grow). Its fields hold what the database holds (a NUL-free field replaces a NUL on
+    the instance saved too, geosense/fields.py). The message has no context: one attached to
+    it later shows in the check."""
+    content, call_id = message.content, message.tool_call_id
+    if message.cut_off:
+        return None
+    tool = message.role == Message.Role.TOOL
+    row = _Row(
+        id=message.pk,
+        turn=message.turn,
+        role=str(message.role),
+        text=content[:TOOL_RESULT_CHARS] if tool else content,
+        size=len(content),
+        tool_calls=message.tool_calls or [],
+        tool_call_id=call_id,
+        cut_off=False,
+    )
+    return _Kept(row=row, contexts=[], checked=((row.id, None, None),), chars=_kept_chars(row, []))
 
 
 def _check_query(session_id: object, since: int) -> QuerySet:
@@ -485,6 +559,8 @@ def _known(session_id: object, session: _Session | None) -> tuple[list[_Kept], b
         return [], False
     if not new:
         return rows, session.complete
+    if found[:new] == session.stored_checked:  # just what the turn stored: known already
+        return session.stored + rows, session.complete
     # The new rows the check saw without a context have none: their contexts are not read.
     fresh = _read(session_id, after=newest, seen=newest if contexts else found[0][0])
     if len(fresh) >= READ_BATCH:  # too many to join up: the rows before them are read

@@ -57,7 +57,7 @@ from .agents import (
 from .agents.base import Agent
 from .agents.prompts import system_prompt
 from .events import EventSink
-from .history import LEFT_OUT_NOTE, history_budget, history_window
+from .history import LEFT_OUT_NOTE, history_budget, history_rows_stored, history_window
 from .models import Message
 
 logger = logging.getLogger(__name__)
@@ -260,6 +260,8 @@ def _prepare_message(*, session_id: Any, user: Any, request: NewMessage) -> Prep
             origin=f"client:{context['type']}",
             message_id=message.pk,
         )
+    if not request.contexts:  # the window's kept rows know it (one with contexts is read)
+        history_rows_stored(session_id=session_id, messages=[message])
     return PreparedTurn(session_id=session_id, user=user, turn=turn, request=request)
 
 
@@ -574,8 +576,14 @@ class TurnRunner:
         """Store the client call's result the turn deferred to this trip (first: a message
         stored after it in the same trip comes after it, as if it had had a trip of its own)."""
         if self.deferred is not None:
-            services.tool_result_store(**self.deferred)
+            self._result_store(self.deferred)
             self.deferred = None
+
+    def _result_store(self, stored: dict[str, Any], *, lease_renew: bool = False) -> None:
+        """Store a call's result (`services.tool_result_store`), which the window's kept rows
+        then know (`history_rows_stored`: the next step reads no new row for it)."""
+        message = services.tool_result_store(**stored, lease_renew=lease_renew)
+        history_rows_stored(session_id=self.session_id, messages=[message])
 
     def _lease_stale(self, now: float) -> bool:
         """The claim was last taken or renewed more than `STEP_RENEW_SECONDS` before `now`."""
@@ -727,7 +735,8 @@ class TurnRunner:
         """Store what a step's stream gave, in one trip to the database thread: the model's
         reported usage (free tokens of a step with calls: with the next step's), the
         assistant's message (completing its draft) and, when it has no calls (the turn's
-        answer), the message as the page shows it."""
+        answer), the message as the page shows it. The window's kept rows know the message
+        (`history_rows_stored`)."""
         self._usages_record(usages, hold=bool(calls))
         message = services.message_store(
             session_id=self.session_id,
@@ -745,6 +754,7 @@ class TurnRunner:
             if calls
             else [],
         )
+        history_rows_stored(session_id=self.session_id, messages=[message])
         if not calls:
             return _StepStored(message=message, shown=selectors.message_fresh_serialize(message))
         return _StepStored(message=message, shown=None)
@@ -901,7 +911,7 @@ class TurnRunner:
             # One trip: the result, with the claim renewed when it is stale (a long call).
             now = time.monotonic()
             renew = self._lease_stale(now)
-            await in_thread(services.tool_result_store)(**stored, lease_renew=renew)
+            await in_thread(self._result_store)(stored, lease_renew=renew)
             if renew:
                 self.renewed = now
         if self.answers is not None:

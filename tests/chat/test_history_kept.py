@@ -29,6 +29,7 @@ turn_op = st.tuples(
     st.sampled_from(["", "position", "image", "both"]),  # contexts of the user message
     st.sampled_from([5, 300, TOOL_RESULT_CHARS + 50]),  # result length
     st.booleans(),  # a note in the turn
+    st.booleans(),  # stored by this process's turn: its kept rows told (`history_rows_stored`)
 )
 operations = st.lists(
     st.one_of(
@@ -61,8 +62,11 @@ class Session:
         self.contexts = 0
         self.draft: Message | None = None
 
-    def add(self, role: str, **fields) -> Message:
-        return Message.objects.create(session=self.session, turn=self.turn, role=role, **fields)
+    def add(self, role: str, *, through: bool = False, **fields) -> Message:
+        message = Message.objects.create(session=self.session, turn=self.turn, role=role, **fields)
+        if through:  # as chat/turns.py tells the kept rows of what its turn stored
+            history.history_rows_stored(session_id=self.session.pk, messages=[message])
+        return message
 
     def context(self, message: Message, kind: str) -> None:
         data = {"png": PNG, "width": 8, "height": 6} if kind == "image" else {"zoom": 17}
@@ -79,19 +83,28 @@ class Session:
     def apply(self, op: tuple) -> None:
         rows = list(Message.objects.filter(session=self.session).order_by("id"))
         if op[0] == "turn":
-            _, calls, contexts, size, note = op
+            _, calls, contexts, size, note, through = op
             self.turn += 1
-            user = self.add("user", content=f"question {self.turn}")
+            # A user message with contexts is not told (they are attached after it).
+            user = self.add(
+                "user", content=f"question {self.turn}", through=through and not contexts
+            )
             for kind in ("position", "image"):
                 if contexts in (kind, "both"):
                     self.context(user, kind)
             for n in range(calls):
                 call = {"id": f"c{self.turn}-{n}", "name": "measure", "arguments": '{"i": 1}'}
-                self.add("assistant", content="", tool_calls=[call])
-                self.add("tool", content="r" * size, tool_call_id=call["id"], tool_name="measure")
+                self.add("assistant", content="", tool_calls=[call], through=through)
+                self.add(
+                    "tool",
+                    content="r" * size,
+                    tool_call_id=call["id"],
+                    tool_name="measure",
+                    through=through,
+                )
             if note:
-                self.add("note", content="never sent")
-            self.add("assistant", content=f"answer {self.turn}")
+                self.add("note", content="never sent", through=through)
+            self.add("assistant", content=f"answer {self.turn}", through=through)
         elif op == ("draft", "start"):
             self.draft = self.add("assistant", content="dra", cut_off=True)
         elif op[0] == "draft" and self.draft is not None:
@@ -174,7 +187,7 @@ def test_every_window_is_the_one_read_from_the_database(monkeypatch, operations,
 
 def turns(session: Session, count: int) -> None:
     for _ in range(count):
-        session.apply(("turn", 1, "position", 300, False))
+        session.apply(("turn", 1, "position", 300, False, False))
 
 
 def test_a_step_decodes_only_the_rows_stored_since_the_last_window(monkeypatch):
@@ -211,6 +224,49 @@ def test_a_step_decodes_only_the_rows_stored_since_the_last_window(monkeypatch):
     assert per_step[4] == per_step[50] == [4 + 1, 2], per_step
 
 
+@pytest.mark.parametrize("through", [False, True])
+def test_the_rows_a_turn_stored_are_kept_without_a_statement_reading_them(monkeypatch, through):
+    """What the turn holding the claim stores (its user message, its calls, their results, its
+    answer) its kept rows are told (`history_rows_stored`): the next window reads no new row
+    for them (a statement a step, issue 15) and is the one read from the database, a long
+    result cut as the database cuts it, a NUL as storing replaced it. A user message with
+    contexts, or a row stored by anyone else, is read from the database as before, with the
+    other new rows."""
+    read = []
+    real_read = history._read
+    monkeypatch.setattr(history, "_read", lambda *a, **k: read.append(1) or real_read(*a, **k))
+    monkeypatch.setattr(history, "_kept", history._KeptSessions())
+    user = get_user_model().objects.get_or_create(username="through")[0]
+    session = Session(user)
+    turns(session, 2)
+    history_window(session_id=session.session.pk, budget=100_000)
+    reads = []
+    for other, contexts, size, note, text in (
+        (False, "", TOOL_RESULT_CHARS + 50, True, "answer"),
+        (False, "", 5, False, "an answer with a NUL \x00 in it"),
+        (False, "position", 5, False, "answer"),
+        (True, "", 5, False, "answer"),
+    ):
+        if other:  # stored by someone else before the turn (a pause's result set aside)
+            session.add("tool", content="set aside", tool_call_id="p", tool_name="m")
+        session.turn += 1
+        message = session.add("user", content="question", through=through)
+        if contexts:
+            session.context(message, contexts)
+        call = {"id": f"c{session.turn}", "name": "measure", "arguments": '{"i": 1}'}
+        session.add("assistant", content="", tool_calls=[call], through=through)
+        session.add(
+            "tool", content="r" * size, tool_call_id=call["id"], tool_name="m", through=through
+        )
+        if note:
+            session.add("note", content="never sent", through=through)
+        session.add("assistant", content=text, through=through)
+        read.clear()
+        assert_same_window(session.session.pk, budget=100_000, images=False)
+        reads.append(len(read))
+    assert reads == ([0, 0, 1, 1] if through else [1, 1, 1, 1]), reads
+
+
 def test_a_step_walks_its_kept_rows_without_a_python_call_for_each():
     """Every step walks its whole window (issue 15: the database thread every turn queues on):
     each kept row cost three Python calls or so (a generator's step, its entry's method, a
@@ -244,10 +300,10 @@ def test_a_step_reads_the_contexts_of_its_new_rows_only_when_they_have_some():
         session = Session(user)
         turns(session, 10)
         history_window(session_id=session.session.pk, budget=100_000)
-        session.apply(("turn", 1, None, 300, False))  # no context
+        session.apply(("turn", 1, None, 300, False, False))  # no context
         calls = python_calls_of(history_window, session_id=session.session.pk, budget=100_000)
     assert calls <= 130, calls
-    session.apply(("turn", 1, None, 300, False))
+    session.apply(("turn", 1, None, 300, False, False))
     with CaptureQueriesContext(connection) as statements:
         window = history_window(session_id=session.session.pk, budget=100_000)
     assert len(statements) == 2, [query["sql"][:60] for query in statements]
