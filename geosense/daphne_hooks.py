@@ -56,6 +56,12 @@ The response path:
     makes first (not finished, its channel kept): without `WebRequest.handle_reply`'s dispatch,
     and with its debug line written only where debug logging is on (five Python calls
     before the write, two now);
+  * a socket's every text frame (a `websocket.send` on an accepted socket: each turn event a
+    page's socket gets, each client tool's invoke) goes to autobahn's `sendMessage` after
+    Daphne's checks (not connecting, not both text and bytes): without
+    `WebSocketProtocol.handle_reply`'s dispatch and `serverSend`, its debug line written only
+    where debug logging is on (four Python calls before the send, one now), on a protocol
+    whose `handle_reply` and `serverSend` are still Daphne's;
   * any other message skips `check_headers_type` unless it is a start (or has no type, which
     fails it as before), then goes to the protocol's `handle_reply` as before;
   * Daphne's socket protocol hashes by identity in C, as Daphne's HTTP request does
@@ -89,6 +95,7 @@ import twisted
 from daphne.http_protocol import logger as daphne_logger
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketProtocol
+from daphne.ws_protocol import logger as daphne_socket_logger
 from twisted.web import http_headers
 from twisted.web.http import Request
 
@@ -98,11 +105,17 @@ logger = logging.getLogger(__name__)
 
 _BODY = "http.response.body"
 _START = "http.response.start"
+_SOCKET_SEND = "websocket.send"
+# Daphne's socket protocol's own dispatch and send, which `handle_reply` stands in for when a
+# socket's protocol still has them (not a subclass, or a test, that replaced either).
+_SOCKET_REPLY = WebSocketProtocol.handle_reply
+_SOCKET_SERVER_SEND = WebSocketProtocol.serverSend
 
 
 async def handle_reply(self, protocol, message) -> None:
     """Daphne's `Server.handle_reply`, a middle chunk of a started answer written straight
-    through Twisted's `Request.write`."""
+    through Twisted's `Request.write`, a text frame of an accepted socket straight through
+    autobahn's `sendMessage`."""
     connection = self.connections.get(protocol)
     if connection is None or connection.get("disconnected"):
         return
@@ -114,6 +127,22 @@ async def handle_reply(self, protocol, message) -> None:
         if daphne_logger.isEnabledFor(logging.DEBUG):
             daphne_logger.debug("HTTP response chunk for %s", protocol.client_addr)
         return
+    if (
+        kind == _SOCKET_SEND
+        and type(protocol).handle_reply is _SOCKET_REPLY
+        and type(protocol).serverSend is _SOCKET_SERVER_SEND
+        and protocol.state != protocol.STATE_CONNECTING
+    ):
+        text = message.get("text")
+        if text and not message.get("bytes"):
+            # Daphne's `WebSocketProtocol.handle_reply` and `serverSend` for a text frame on an
+            # accepted socket (what every frame of a GeoSense socket is).
+            if daphne_socket_logger.isEnabledFor(logging.DEBUG):
+                daphne_socket_logger.debug(
+                    "Sent WebSocket packet to client for %s", protocol.client_addr
+                )
+            protocol.sendMessage(text.encode("utf8"), False)
+            return
     if kind is None or kind == _START:
         try:
             self.check_headers_type(message)

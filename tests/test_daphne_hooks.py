@@ -18,7 +18,7 @@ from twisted.web import http, http_headers
 from twisted.web.http_headers import Headers, InvalidHeaderName
 
 import geosense.asgi  # noqa: F401  (the process's set-up, as Daphne imports it)
-from geosense.daphne_hooks import LISTEN_BACKLOG
+from geosense.daphne_hooks import _SOCKET_REPLY, LISTEN_BACKLOG
 from tests.autobahn_socket import socket_opened
 
 
@@ -71,6 +71,8 @@ ASSUMED_SOURCES = {
     "WebRequest.handle_reply": "3e14b239c2602d95",
     "Request.write": "0e547d4f76bd1472",
     "WebSocketProtocol.__eq__": "9717acc71a5a476e",  # by identity: hashing by identity agrees
+    "WebSocketProtocol.handle_reply": "5331423b1cf2016a",
+    "WebSocketProtocol.serverSend": "345f21330d2a18ce",
     "Headers.addRawHeader": "c4fe96cc1a6e7950",
     "_NameEncoder.encode": "7b453627217624ac",
     "_sanitizeLinearWhitespace": "eae40a7049d09f94",
@@ -111,6 +113,8 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "WebRequest.handle_reply": WebRequest.handle_reply,
         "Request.write": http.Request.write,
         "WebSocketProtocol.__eq__": WebSocketProtocol.__eq__,
+        "WebSocketProtocol.handle_reply": WebSocketProtocol.handle_reply,
+        "WebSocketProtocol.serverSend": WebSocketProtocol.serverSend,
         "Headers.addRawHeader": Headers.addRawHeader.__wrapped__,
         "_NameEncoder.encode": _NameEncoder.encode,
         "_sanitizeLinearWhitespace": _sanitizeLinearWhitespace,
@@ -204,6 +208,81 @@ def test_a_sockets_frame_goes_to_its_protocol_without_the_start_check_or_a_pytho
     server.connections[socket]["disconnected"] = True
     _send(server, socket, frame)
     assert frames == [frame]
+
+
+def _socket_open(sent: list) -> WebSocketProtocol:
+    """A Daphne socket protocol, accepted, whose frames autobahn would send go to `sent`."""
+    socket = WebSocketProtocol.__new__(WebSocketProtocol)
+    socket.state = WebSocketProtocol.STATE_OPEN
+    socket.client_addr = ["127.0.0.1", 50000]
+    socket.sendMessage = lambda payload, binary=False: sent.append((payload, binary))
+    return socket
+
+
+def test_a_sockets_text_frame_goes_to_autobahns_send_without_daphnes_dispatch():
+    """Daphne's `WebSocketProtocol.handle_reply`, `serverSend` and its debug line (`debug`,
+    `isEnabledFor`) ran for every frame a socket's consumer sent (each turn event, each client
+    tool's invoke): 5 Python calls before autobahn's `sendMessage`, 2 now."""
+    sent: list = []
+    socket = _socket_open(sent)
+    server = Server.__new__(Server)
+    server.connections = {socket: {}}
+    frame = {"type": "websocket.send", "text": '{"é": 1}'}
+    _send(server, socket, frame)  # logging's level cache filled
+
+    calls = _calls(lambda: _send(server, socket, frame))
+
+    assert sent == [('{"é": 1}'.encode(), False)] * 2
+    assert calls == ["handle_reply", "isEnabledFor"]
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        {"text": '{"type": "event"}'},
+        {"bytes": b"\x00\x01"},
+        {"text": ""},
+        {"text": "", "bytes": b"b"},
+        {"text": None, "bytes": None},
+        {},
+    ],
+    ids=["text", "bytes", "empty text", "empty text and bytes", "nones", "neither"],
+)
+def test_a_sockets_frame_is_sent_as_daphne_sends_it(frame):
+    by_hook: list = []
+    by_daphne: list = []
+    hooked, own = _socket_open(by_hook), _socket_open(by_daphne)
+    server = Server.__new__(Server)
+    server.connections = {hooked: {}}
+    message = {"type": "websocket.send", **frame}
+
+    _send(server, hooked, message)
+    _SOCKET_REPLY(own, message)
+
+    assert by_hook == by_daphne
+
+
+def test_a_frame_with_text_and_bytes_or_before_the_accept_is_refused_as_daphne_refuses_it():
+    socket = _socket_open([])
+    server = Server.__new__(Server)
+    server.connections = {socket: {}}
+
+    with pytest.raises(ValueError, match="contains both bytes and text"):
+        _send(server, socket, {"type": "websocket.send", "text": "a", "bytes": b"b"})
+    socket.state = WebSocketProtocol.STATE_CONNECTING
+    with pytest.raises(ValueError, match="has not been accepted"):
+        _send(server, socket, {"type": "websocket.send", "text": "a"})
+
+
+def test_a_sockets_frames_debug_line_is_written_where_debug_logging_is_on(caplog):
+    socket = _socket_open([])
+    server = Server.__new__(Server)
+    server.connections = {socket: {}}
+
+    with caplog.at_level(logging.DEBUG, logger="daphne.ws_protocol"):
+        _send(server, socket, {"type": "websocket.send", "text": "a"})
+
+    assert caplog.messages == ["Sent WebSocket packet to client for ['127.0.0.1', 50000]"]
 
 
 def test_a_start_with_a_header_not_in_bytes_is_answered_500_and_refused_as_daphne_does(
