@@ -59,6 +59,11 @@ ASYNC_TWINS: dict[str, str] = {
         "geosense.middleware.XFrameOptionsMiddleware"
     ),
     "django_htmx.middleware.HtmxMiddleware": "geosense.middleware.HtmxMiddleware",
+    # Ours, sync and async functions: their async twins join the run of twins (`_converted`).
+    "geosense.jsonapi.ApiJsonErrorsMiddleware": "geosense.middleware.ApiJsonErrorsMiddleware",
+    "geosense.accounts.middleware.BearerTokenMiddleware": (
+        "geosense.middleware.BearerTokenMiddleware"
+    ),
 }
 
 # Idle lanes kept for the next requests; a lane given back beyond this many ends its thread.
@@ -269,14 +274,15 @@ async def _first_done(tasks: list[asyncio.Task]) -> None:
 
 
 def _converted(get_response: Callable) -> Callable:
-    """Django's `convert_exception_to_response` for the loader, but a layer that converts its
-    own exceptions as the wrapper would (an `AsyncNative` twin's own `__call__`) is left as it
-    is; a subclass with a `__call__` of its own is wrapped (review 29-b L1: an inherited flag
-    would have let one that re-raises through unconverted)."""
-    from geosense.middleware import AsyncNative  # the middleware's modules need Django set up
+    """Django's `convert_exception_to_response` for the loader, but a twin (a layer whose
+    `__call__` is `AsyncNative`'s) is joined to the twins after it into one layer that converts
+    their exceptions as the wrapper would (`TwinsRun`, geosense/middleware.py); a subclass with a
+    `__call__` of its own is wrapped (review 29-b L1: an inherited flag would have let one that
+    re-raises through unconverted)."""
+    from geosense.middleware import AsyncNative, twins_joined  # needs Django set up
 
     if type(get_response).__call__ is AsyncNative.__call__:
-        return get_response
+        return twins_joined(get_response)
     return convert_exception_to_response(get_response)
 
 
@@ -369,8 +375,8 @@ class ASGIHandler(asgi.ASGIHandler):
 
     def load_middleware(self, is_async: bool = False) -> None:
         """Django's chain, built with each middleware of `ASYNC_TWINS` replaced by its twin, and
-        without Django's exception-to-response wrapper around a twin that converts its own
-        exceptions (`AsyncNative.__call__`, geosense/middleware.py).
+        consecutive twins joined into one layer (`TwinsRun`, geosense/middleware.py) that
+        converts their exceptions without Django's exception-to-response wrapper around each.
 
         `MIDDLEWARE` is read by Django's loader and by its system checks, which look for
         Django's own names (`check --deploy` skips the HSTS, SSL-redirect and cookie checks

@@ -20,7 +20,9 @@ def is_api(request: HttpRequest) -> bool:
     return request.path.startswith(API_PREFIXES)
 
 
-def _as_json(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+def answer_as_json(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    """The answer, made JSON where it is an API's error in HTML (the middleware's response step;
+    also its async twin's, geosense/middleware.py)."""
     if (
         not is_api(request)
         or response.status_code < 400
@@ -45,12 +47,12 @@ def ApiJsonErrorsMiddleware(get_response):
     if iscoroutinefunction(get_response):
 
         async def middleware(request: HttpRequest):
-            return _as_json(request, await get_response(request))
+            return answer_as_json(request, await get_response(request))
 
     else:
 
         def middleware(request: HttpRequest):
-            return _as_json(request, get_response(request))
+            return answer_as_json(request, get_response(request))
 
     return middleware
 

@@ -16,6 +16,11 @@ django-htmx's details) reaches it through a weak proxy: a strong reference made 
 each request (~50 objects: its headers, body, session, user, match) waited for the garbage
 collector instead of going when its handler let go of it.
 
+Consecutive twins are one layer of the chain (`TwinsRun`): one coroutine runs their steps, in
+place of a coroutine per twin and Django's exception wrapper around each, every one resumed at
+each wait of the view. GeoSense's own two middlewares (jsonapi's, the bearer token's) have twins
+too, so the run is the whole chain.
+
 Sync requests (Django's test client, `manage.py` commands) use Django's classes as they are.
 """
 
@@ -24,7 +29,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.auth import middleware as auth_middleware
@@ -39,49 +44,113 @@ from django.utils.functional import SimpleLazyObject, empty
 from django_htmx import middleware as htmx_middleware
 
 from geosense.accounts.first_read import first_read_keep, first_read_make, first_read_planned
-from geosense.accounts.middleware import bearer_token
+from geosense.accounts.middleware import bearer_token, token_user_decide
 from geosense.dbpool import in_request_thread
+from geosense.jsonapi import answer_as_json
 
 
 class AsyncNative:
-    """`MiddlewareMixin.__acall__` with each step on the loop unless it says it needs the
-    request's thread (`request_needs_thread`, `response_needs_thread`: None when it never does).
+    """A twin: Django's `MiddlewareMixin.__acall__`, each step on the loop unless it says it needs
+    the request's thread (`request_needs_thread`, `response_needs_thread`: None when it never
+    does); a request step may be a coroutine function (awaited on the loop). Only the ASGI
+    handler loads the twins, async.
 
-    The instance is the chain's async callable itself: Django's `MiddlewareMixin.__call__` (which
-    only hands an async request on to `__acall__`) and a helper per step were three Python calls
-    a middleware and request for nothing. Only the ASGI handler loads the twins, async."""
+    In the chain, consecutive twins are one layer (`TwinsRun`, made by the handler's loader,
+    geosense/handler.py `_converted`), without Django's `convert_exception_to_response` around
+    each: the run converts their exceptions as that wrapper did. Called alone, a twin is a run
+    of one."""
 
-    # The handler leaves Django's `convert_exception_to_response` off a layer whose `__call__` is
-    # this one (geosense/handler.py `_converted`): it converts an exception itself, as that
-    # wrapper did, in its own frame (the wrapper was a coroutine of its own, called and resumed
-    # with the chain: ~15 Python calls a turn).
     sync_capable = False
+    async_capable = True
 
     request_needs_thread: Callable[[HttpRequest], bool] | None = None
     response_needs_thread: Callable[[HttpRequest, HttpResponseBase], bool] | None = None
 
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
-        try:
-            response = None
-            process_request = getattr(self, "process_request", None)
-            if process_request is not None:
-                needs = self.request_needs_thread
-                if needs is not None and needs(request):
-                    response = await sync_to_async(process_request, thread_sensitive=True)(request)
+        return await TwinsRun((self,), self.get_response)(request)
+
+
+async def _exception_answer(request: HttpRequest, exc: Exception) -> HttpResponseBase:
+    """Django's `convert_exception_to_response`'s answer to a layer's exception."""
+    return await sync_to_async(response_for_exception, thread_sensitive=False)(request, exc)
+
+
+class TwinsRun:
+    """Consecutive twins of the chain (outermost first) as one layer: their request steps in
+    order, then the next layer (`get_response`), then their response steps in reverse, as the
+    nested twins ran them, a response from a request step going back through the response
+    steps of that twin and those before it. An exception is answered where the twin whose step
+    raised it would have answered it (`response_for_exception`), and that answer goes through
+    the response steps of the twins before it; the next layer's, by the innermost twin, whose
+    response step is then skipped.
+
+    Nested, each twin was a coroutine of its own, called and then resumed at every wait of the
+    layers inside it (the bearer token's trip, each of the view's); the run is one coroutine,
+    its steps read once, when the chain is built."""
+
+    def __init__(self, layers: tuple[AsyncNative, ...], get_response) -> None:
+        self.layers = layers
+        self.get_response = get_response
+        self._steps = tuple(
+            (
+                getattr(layer, "process_request", None),
+                layer.request_needs_thread,
+                iscoroutinefunction(getattr(layer, "process_request", None)),
+                getattr(layer, "process_response", None),
+                layer.response_needs_thread,
+            )
+            for layer in layers
+        )
+        markcoroutinefunction(self)
+
+    @property
+    def decides_token_user(self) -> bool:
+        """The first twin's word (`BearerTokenMiddleware`'s), for the layer before the run."""
+        return getattr(self.layers[0], "decides_token_user", False)
+
+    async def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        response = None
+        entered = 0  # the twins whose response steps run
+        for step, needs_thread, waits, _, _ in self._steps:
+            if step is not None:
+                try:
+                    if needs_thread is not None and needs_thread(request):
+                        response = await sync_to_async(step, thread_sensitive=True)(request)
+                    elif waits:
+                        response = await step(request)
+                    else:
+                        response = step(request)
+                except Exception as exc:
+                    response = await _exception_answer(request, exc)
+                    break
+            entered += 1
+            if response:
+                break
+        else:
+            try:
+                response = await self.get_response(request)
+            except Exception as exc:
+                response = await _exception_answer(request, exc)
+                entered -= 1
+        for _, _, _, step, needs_thread in reversed(self._steps[:entered]):
+            if step is None:
+                continue
+            try:
+                if needs_thread is not None and needs_thread(request, response):
+                    response = await sync_to_async(step, thread_sensitive=True)(request, response)
                 else:
-                    response = process_request(request)
-            response = response or await self.get_response(request)
-            process_response = getattr(self, "process_response", None)
-            if process_response is not None:
-                needs = self.response_needs_thread
-                if needs is not None and needs(request, response):
-                    return await sync_to_async(process_response, thread_sensitive=True)(
-                        request, response
-                    )
-                response = process_response(request, response)
-            return response
-        except Exception as exc:
-            return await sync_to_async(response_for_exception, thread_sensitive=False)(request, exc)
+                    response = step(request, response)
+            except Exception as exc:
+                response = await _exception_answer(request, exc)
+        return response
+
+
+def twins_joined(twin: AsyncNative) -> TwinsRun:
+    """`twin` as the chain's layer: joined to the run of twins after it, if it is one."""
+    inner = twin.get_response
+    if type(inner) is TwinsRun:
+        return TwinsRun((twin, *inner.layers), inner.get_response)
+    return TwinsRun((twin,), inner)
 
 
 class SecurityMiddleware(AsyncNative, security.SecurityMiddleware):
@@ -130,36 +199,54 @@ class SessionMiddleware(AsyncNative, sessions_middleware.SessionMiddleware):
         )
 
 
-class MessageMiddleware(messages_middleware.MessageMiddleware):
+class MessageMiddleware(AsyncNative, messages_middleware.MessageMiddleware):
     """The storage is made when a message is first read or added (an API request never does:
     Django made two storages and a signer for each, ~15 µs); messages are stored only when some
-    were read or added (the session may hold them), in the request's thread. Async only, as
-    `AsyncNative`."""
+    were read or added (the session may hold them), in the request's thread."""
 
-    sync_capable = False
-
-    async def __call__(self, request: HttpRequest) -> HttpResponseBase:
+    def process_request(self, request: HttpRequest) -> None:
         request._messages = SimpleLazyObject(partial(default_storage, weakref.proxy(request)))
-        response = await self.get_response(request)
-        storage = getattr(request, "_messages", None)
-        if storage is None or _unmade(storage):
+
+    def process_response(self, request: HttpRequest, response: HttpResponseBase):
+        if _unmade(getattr(request, "_messages", None)):
             return response
-        if storage.used or storage.added_new:
-            return await sync_to_async(self.process_response, thread_sensitive=True)(
-                request, response
-            )
-        return self.process_response(request, response)
+        return super().process_response(request, response)
+
+    def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> bool:
+        storage = getattr(request, "_messages", None)
+        return (
+            storage is not None and not _unmade(storage) and bool(storage.used or storage.added_new)
+        )
 
 
-class HtmxMiddleware(htmx_middleware.HtmxMiddleware):
-    """django-htmx's `request.htmx`, holding the request through a weak proxy; async only, as
-    `AsyncNative`."""
+class HtmxMiddleware(AsyncNative, htmx_middleware.HtmxMiddleware):
+    """django-htmx's `request.htmx`, holding the request through a weak proxy."""
 
-    sync_capable = False
-
-    async def __call__(self, request: HttpRequest) -> HttpResponseBase:
+    def process_request(self, request: HttpRequest) -> None:
         request.htmx = htmx_middleware.HtmxDetails(weakref.proxy(request))
-        return await self.get_response(request)
+
+
+class ApiJsonErrorsMiddleware(AsyncNative):
+    """geosense.jsonapi's middleware (API errors answered in JSON) as a twin."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def process_response(self, request: HttpRequest, response: HttpResponseBase):
+        return answer_as_json(request, response)
+
+
+class BearerTokenMiddleware(AsyncNative):
+    """geosense.accounts.middleware's bearer-token authentication as a twin: its request step
+    (`token_user_decide`) awaited in the run."""
+
+    # For the authentication twin before it (`AuthenticationMiddleware`).
+    decides_token_user = True
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    process_request = staticmethod(token_user_decide)
 
 
 def _session_user(request: HttpRequest, planned):

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpRequest, HttpResponse
+from django.utils.deprecation import MiddlewareMixin
 from django.utils.functional import SimpleLazyObject
 
 import chat.api
@@ -121,8 +122,9 @@ def _stream_scope(session, headers: dict[str, str]) -> dict:
 # 249 (the bearer token read from `META`, not `request.headers`),
 # 216 (no lazy user, nor an empty session store, made for nothing; messages' storage checked once),
 # 169 (no `convert_exception_to_response` coroutine around the six `AsyncNative` twins, which
-# convert their own exceptions: called, and resumed at each of the view's waits).
-STREAM_BY_TOKEN_CALLS = 169
+# convert their own exceptions: called, and resumed at each of the view's waits),
+# 154 (the ten layers one run of twins, `TwinsRun`: one coroutine, resumed once at each wait).
+STREAM_BY_TOKEN_CALLS = 154
 
 
 @pytest.mark.asyncio
@@ -134,6 +136,28 @@ async def test_a_streamed_message_by_token_costs_the_chain_few_python_calls(quic
     calls = await chain_calls(scope, b'{"text": "hello"}')
 
     assert sum(calls.values()) <= STREAM_BY_TOKEN_CALLS, calls
+
+
+@pytest.mark.asyncio
+async def test_a_wait_of_the_view_resumes_the_chain_once_not_each_layer(monkeypatch, quick_turns):
+    """Every wait of the view (its trips to the database, its checks off the loop) resumed each
+    layer of the chain on its way back: each twin's coroutine and each Django exception wrapper,
+    15 coroutines for a streamed message. The twins are one run now: 2 (the run and Django's
+    wrapper around the view)."""
+    _, token, session = await database_sync_to_async(someone)("alice")
+    scope = _stream_scope(session, {"Authorization": f"Bearer {token}"})
+    waits = 5
+
+    async def prepare(**kwargs):
+        for _ in range(waits):
+            await asyncio.sleep(0)
+
+    await chain_calls(scope, b'{"text": "hello"}')  # imports and caches made once
+    without = sum((await chain_calls(scope, b'{"text": "hello"}')).values())
+    monkeypatch.setattr(chat.api, "turn_prepare", prepare)
+    with_waits = sum((await chain_calls(scope, b'{"text": "hello"}')).values())
+
+    assert with_waits - without == 2 * waits
 
 
 async def _answer(app, scope: dict, body: bytes) -> tuple:
@@ -234,11 +258,11 @@ def test_a_bearer_request_has_its_user_set_by_the_token_alone_only_where_it_come
 
 
 def test_only_a_twins_own_call_goes_without_djangos_exception_wrapper():
-    """The handler leaves `convert_exception_to_response` off a layer whose `__call__` is the
-    twins' (it converts its own exceptions); a subclass with a `__call__` of its own may not,
-    and is wrapped (review 29-b L1: an inherited flag let it through unwrapped)."""
+    """The handler joins a layer whose `__call__` is the twins' to the run of twins after it
+    (which converts their exceptions); a subclass with a `__call__` of its own may not, and is
+    wrapped by Django (review 29-b L1: an inherited flag let it through unwrapped)."""
     from geosense.handler import _converted
-    from geosense.middleware import SessionMiddleware
+    from geosense.middleware import CommonMiddleware, SessionMiddleware, TwinsRun
 
     async def view(request):
         return HttpResponse()
@@ -248,5 +272,88 @@ def test_only_a_twins_own_call_goes_without_djangos_exception_wrapper():
             return await self.get_response(request)
 
     twin, own = SessionMiddleware(view), Reraising(view)
-    assert _converted(twin) is twin
-    assert _converted(own) is not own
+    assert type(_converted(twin)) is TwinsRun and _converted(twin).layers == (twin,)
+    assert type(_converted(own)) is not TwinsRun
+    inner = CommonMiddleware(_converted(own))
+    outer = SessionMiddleware(_converted(inner))
+    assert _converted(outer).layers == (outer, inner)
+    assert _converted(outer).get_response is inner.get_response
+
+
+class _Step(MiddlewareMixin):
+    """A middleware that logs its steps, and raises in the one `failing` names, or answers
+    in its request step when `answering`."""
+
+    failing: tuple[str, str] | None = None
+    answering: str | None = None
+    log: list[str] = []
+
+    def process_request(self, request):
+        self.log.append(f"{self.name} request")
+        if self.failing == (self.name, "request"):
+            raise ValueError(self.name)
+        if self.answering == self.name:
+            return HttpResponse(f"answered by {self.name}")
+        return None
+
+    def process_response(self, request, response):
+        self.log.append(f"{self.name} response {response.status_code}")
+        if self.failing == (self.name, "response"):
+            raise ValueError(self.name)
+        response[f"X-{self.name}"] = "1"
+        return response
+
+
+def _steps(name: str, *, twin: bool) -> type:
+    bases = (middleware.AsyncNative, _Step) if twin else (_Step,)
+    return type(f"{name}{'Twin' if twin else ''}", bases, {"name": name})
+
+
+@pytest.mark.parametrize(
+    "failing, answering",
+    [
+        (None, None),
+        (("a", "request"), None),
+        (("b", "request"), None),
+        (("c", "request"), None),
+        (("a", "response"), None),
+        (("b", "response"), None),
+        (("c", "response"), None),
+        (("view", ""), None),
+        (None, "b"),
+        (("a", "response"), "c"),
+    ],
+)
+@pytest.mark.asyncio
+async def test_a_run_of_twins_answers_and_steps_as_nested_layers_do(
+    monkeypatch, failing, answering
+):
+    """Three layers as Django nests them (each `MiddlewareMixin`, each in Django's exception
+    wrapper) and as one run of twins: the same steps in the same order, the same answer, for a
+    step or the view raising and a request step answering."""
+    from geosense.handler import _converted
+
+    monkeypatch.setattr(_Step, "failing", failing)
+    monkeypatch.setattr(_Step, "answering", answering)
+
+    async def view(request):
+        _Step.log.append("view")
+        if failing == ("view", ""):
+            raise ValueError("view")
+        return HttpResponse("viewed")
+
+    results = []
+    for twin, wrap in ((False, convert_exception_to_response), (True, _converted)):
+        handler = convert_exception_to_response(view)
+        for name in ("c", "b", "a"):
+            handler = wrap(_steps(name, twin=twin)(handler))
+        assert not twin or len(handler.layers) == 3
+        _Step.log = []
+        request = HttpRequest()
+        request.method, request.path = "GET", "/x"
+        answer = await handler(request)
+        results.append(
+            (list(_Step.log), answer.status_code, answer.content, sorted(answer.items()))
+        )
+
+    assert results[0] == results[1]

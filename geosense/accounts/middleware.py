@@ -88,25 +88,34 @@ def _out_of_scope() -> JsonResponse:
     )
 
 
+async def token_user_decide(request: HttpRequest) -> JsonResponse | None:
+    """The async request step: a request with a bearer token gets the token's user (and the
+    view's first read made for them), or is answered here (a bad token, out of its scope, the
+    database busy); None for a request without one. Also the step of the middleware's async
+    twin (geosense/middleware.py)."""
+    raw = bearer_token(request)
+    if raw is None:
+        return None
+    if not request.path.startswith(TOKEN_SCOPE_PREFIXES):
+        return _out_of_scope()
+    planned = first_read_planned(request_resolved(request))
+    try:
+        user, made = await in_request_thread(_token_user)(raw, planned)
+    except OperationalError:
+        return _busy()
+    if user is None:
+        return _refused()
+    _apply(request, user)
+    first_read_keep(request, made)
+    return None
+
+
 @sync_and_async_middleware
 def BearerTokenMiddleware(get_response):
     if iscoroutinefunction(get_response):
 
         async def middleware(request: HttpRequest):
-            raw = bearer_token(request)
-            if raw is not None:
-                if not request.path.startswith(TOKEN_SCOPE_PREFIXES):
-                    return _out_of_scope()
-                planned = first_read_planned(request_resolved(request))
-                try:
-                    user, made = await in_request_thread(_token_user)(raw, planned)
-                except OperationalError:
-                    return _busy()
-                if user is None:
-                    return _refused()
-                _apply(request, user)
-                first_read_keep(request, made)
-            return await get_response(request)
+            return await token_user_decide(request) or await get_response(request)
 
     else:
 
