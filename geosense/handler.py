@@ -43,7 +43,16 @@ from django.db import close_old_connections, connections, reset_queries
 from django.dispatch import Signal
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase, ResponseHeaders
-from django.urls import Resolver404, ResolverMatch, get_resolver, set_script_prefix, set_urlconf
+from django.urls import (
+    Resolver404,
+    ResolverMatch,
+    get_resolver,
+    get_script_prefix,
+    get_urlconf,
+    set_script_prefix,
+    set_urlconf,
+)
+from django.utils.log import log_response
 
 # Django's middleware (its `MIDDLEWARE` name) → its async-native twin (geosense/middleware.py).
 ASYNC_TWINS: dict[str, str] = {
@@ -229,6 +238,28 @@ async def _response_close(response: HttpResponseBase) -> None:
     await _signal_send(signals.request_finished, response._handler_class)
 
 
+# Django's URL prefix and URLconf of a request are asgiref `Local`s: a value set is a storage of
+# the request's context, which every trip of the request, and of the turn its view starts (a task
+# made in that context), copies to the database thread and back (asgiref's `_restore_context`
+# re-homes each to the thread: two Python calls a value each way, ~55 a turn for the two). Each
+# is left unset where it would be set to what an unset one reads as.
+
+
+def _script_prefix_set(prefix: str) -> None:
+    """`set_script_prefix`, unless the request's context reads that prefix already (an unset
+    one reads "/", the prefix of a request with no `root_path` and no `FORCE_SCRIPT_NAME`)."""
+    if (prefix if prefix.endswith("/") else f"{prefix}/") != get_script_prefix():
+        set_script_prefix(prefix)
+
+
+def _default_urlconf_set() -> None:
+    """Django's `set_urlconf(settings.ROOT_URLCONF)` at a request's start, unless the request's
+    context holds no URLconf: every reader takes none as `ROOT_URLCONF` (`get_resolver(None)`,
+    `reverse`, `resolve`, the error views' `get_resolver(get_urlconf())`)."""
+    if get_urlconf() is not None:
+        set_urlconf(settings.ROOT_URLCONF)
+
+
 def response_headers_from_store(response: HttpResponseBase) -> None:
     """Have Django's `send_response` read the answer's headers from their store, where they are
     kept as the pairs it sends, in order: it reads them through `response.items()`,
@@ -303,7 +334,7 @@ class ASGIHandler(asgi.ASGIHandler):
             body_file = await self.read_body(receive)
         except RequestAborted:
             return
-        set_script_prefix(asgi.get_script_prefix(scope))
+        _script_prefix_set(asgi.get_script_prefix(scope))
         await _signal_send(signals.request_started, self.__class__, scope=scope)
         request, error_response = self.create_request(scope, body_file)
         if request is None:
@@ -353,6 +384,21 @@ class ASGIHandler(asgi.ASGIHandler):
         else:
             await _response_close(response)
         body_file.close()
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        """Django 5.2's, its URLconf set by `_default_urlconf_set`."""
+        _default_urlconf_set()
+        response = await self._middleware_chain(request)
+        response._resource_closers.append(request.close)
+        if response.status_code >= 400:
+            await sync_to_async(log_response, thread_sensitive=False)(
+                "%s: %s",
+                response.reason_phrase,
+                request.path,
+                response=response,
+                request=request,
+            )
+        return response
 
     @classmethod
     def chunk_bytes(cls, data):

@@ -8,8 +8,10 @@ Each request goes through `geosense.asgi.application`, as under Daphne (Django's
 build a handler of their own)."""
 
 import asyncio
+import contextvars
 import functools
 import gc
+import hashlib
 import inspect
 import json
 import re
@@ -20,14 +22,17 @@ import weakref
 from http.cookies import SimpleCookie
 
 import pytest
+from asgiref.local import _Storage
 from asgiref.testing import ApplicationCommunicator
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.exceptions import RequestAborted
 from django.core.handlers import asgi
+from django.core.handlers.base import BaseHandler
 from django.core.signals import request_finished, request_started
+from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
-from django.urls import get_resolver
+from django.urls import get_resolver, get_script_prefix, get_urlconf, reverse, set_urlconf
 
 import chat.api
 from chat.models import ChatSession
@@ -735,3 +740,69 @@ async def test_a_turns_stream_is_resolved_without_trying_other_urls_first():
         path = f"/api/sessions/{uuid.uuid4()}/{tail}"
         assert resolver.resolve(path).url_name == name
         assert python_calls_of(resolver.resolve, path) <= 35
+
+
+@pytest.mark.parametrize(
+    "root_path, prefix, storages", [("", "/", 0), ("/app", "/app/", 1)], ids=["root", "under"]
+)
+async def test_a_turn_carries_no_url_state_of_its_request_into_its_trips(
+    monkeypatch, root_path, prefix, storages
+):
+    """Django set the request's URL prefix and URLconf, two asgiref `Local`s, for every request:
+    each a storage of the request's context, which the turn its view starts inherits, and which
+    every trip of the request or the turn copied to the database thread and back, re-homing it
+    each way (`_restore_context`: ~55 Python calls a turn). Neither is set where it would be
+    set to what an unset one reads as; a request under a `root_path` still has its prefix."""
+    seen: list = []
+
+    def launch(prepared, *, listener):
+        async def turn():
+            context = contextvars.copy_context().values()
+            seen.append(sum(isinstance(value, _Storage) for value in context))
+            seen.append((get_script_prefix(), get_urlconf(), reverse("chat")))
+            listener(TurnEvent("turn_end", {}))
+
+        return asyncio.create_task(turn())
+
+    monkeypatch.setattr(chat.api, "turn_launch", launch)
+    _, token, session = await database_sync_to_async(someone)("alice")
+    scope = _scope(
+        "POST",
+        f"/api/sessions/{session.pk}/message/stream",
+        {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    app = ApplicationCommunicator(application, {**scope, "root_path": root_path})
+    await app.send_input({"type": "http.request", "body": b'{"text": "hello"}'})
+    assert (await app.receive_output(10))["status"] == 200
+    await _stream_end(app)
+
+    assert seen == [storages, (prefix, None, f"{prefix}chat/")]
+
+
+async def test_a_request_whose_context_holds_another_urlconf_gets_djangos(monkeypatch):
+    """Where the request's context holds a URLconf (set before the request, not by Django's
+    handler), the request still gets `ROOT_URLCONF`, as Django sets it."""
+    set_urlconf("geosense.elsewhere")
+    try:
+        seen = []
+
+        async def chain(request):
+            seen.append(get_urlconf())
+            return HttpResponse()
+
+        handler = ASGIHandler()
+        monkeypatch.setattr(handler, "_middleware_chain", chain)
+        request = HttpRequest()
+        request.path = "/"
+        await handler.get_response_async(request)
+    finally:
+        set_urlconf(None)
+
+    assert seen == ["geosense.urls"]
+
+
+async def test_djangos_get_response_async_is_the_one_the_handlers_stands_in_for():
+    """`ASGIHandler.get_response_async` is Django 5.2's with its URLconf set only where needed:
+    a change of Django's means reading the handler's against it."""
+    source = inspect.getsource(BaseHandler.get_response_async)
+    assert hashlib.sha256(source.encode()).hexdigest()[:16] == "ad82c920df0cebbb"
