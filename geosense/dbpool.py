@@ -79,7 +79,8 @@ _STOP = object()
 
 
 class _Pool:
-    """`max_workers` threads ("db_0", "db_1", …, started as calls come and wait) that run the
+    """`max_workers` threads ("db_0", "db_1", …; the requests' pool's "request_0", …: py-spy
+    put both pools' first threads under "db_0"), started as calls come and wait, that run the
     calls submitted to them oldest work first.
 
     A call's mark is how far the work it belongs to has come and when that work began
@@ -113,8 +114,9 @@ class _Pool:
     The threads are daemons, and the pool's `shutdown` at the interpreter's exit runs what is
     queued and joins them, as `ThreadPoolExecutor`'s threads were."""
 
-    def __init__(self, *, max_workers: int, keep_idle: bool = False) -> None:
+    def __init__(self, *, max_workers: int, keep_idle: bool = False, name: str = "db") -> None:
         self.max_workers = max_workers
+        self.name = name  # its threads' names' stem: a profile tells the pools apart
         # Each thread keeps a fit connection even when no call waits (see `request_pool`).
         self.keep_idle = keep_idle
         self._calls: list[tuple[tuple[int, float], int, list]] = []  # (mark, sequence, call)
@@ -151,7 +153,9 @@ class _Pool:
             self._queued += 1
             threads = len(self._threads)
             if self._queued > threads - self._busy and threads < self.max_workers:
-                thread = threading.Thread(target=self._work, name=f"db_{threads}", daemon=True)
+                thread = threading.Thread(
+                    target=self._work, name=f"{self.name}_{threads}", daemon=True
+                )
                 self._threads.append(thread)
                 thread.start()
         self._wake.put(None)
@@ -413,7 +417,9 @@ def request_pool() -> _Pool:
     if _request_pool is None:
         with _pool_lock:
             if _request_pool is None:
-                _request_pool = _Pool(max_workers=REQUEST_THREADS, keep_idle=_sqlite())
+                _request_pool = _Pool(
+                    max_workers=REQUEST_THREADS, keep_idle=_sqlite(), name="request"
+                )
     return _request_pool
 
 

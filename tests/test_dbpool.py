@@ -141,6 +141,17 @@ async def test_both_pools_keep_their_sqlite_connections_between_calls(monkeypatc
     assert idle_closes == []
 
 
+def _thread_name() -> str:
+    return threading.current_thread().name
+
+
+async def test_each_pools_threads_are_named_after_it():
+    """A profile (py-spy) names a thread by its name: the requests' pool's first thread was
+    "db_0" as the engine's, and their samples were counted as one thread's."""
+    assert (await dbpool.in_db_thread(_thread_name)()).startswith("db_")
+    assert (await dbpool.in_request_thread(_thread_name)()).startswith("request_")
+
+
 def _answer(value: int) -> int:
     return value
 
