@@ -26,6 +26,7 @@ runs as Django runs it, in the request's thread.
 """
 
 import asyncio
+import io
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -304,6 +305,18 @@ async def _first_done(tasks: list[asyncio.Task]) -> None:
             task.remove_done_callback(done)
 
 
+def _first_again(first: dict, receive: Callable) -> Callable:
+    """`receive`, its first message `first` (already received) handed out again."""
+    pending = [first]
+
+    async def receive_again() -> dict:
+        if pending:
+            return pending.pop()
+        return await receive()
+
+    return receive_again
+
+
 def _converted(get_response: Callable) -> Callable:
     """Django's `convert_exception_to_response` for the loader, but a twin (a layer whose
     `__call__` is `AsyncNative`'s) is joined to the twins after it into one layer that converts
@@ -384,6 +397,21 @@ class ASGIHandler(asgi.ASGIHandler):
         else:
             await _response_close(response)
         body_file.close()
+
+    async def read_body(self, receive):
+        """Django's, a body that comes whole in the request's first message and that Django's
+        spooled file would keep in memory (not past `FILE_UPLOAD_MAX_MEMORY_SIZE`) held in a
+        `BytesIO`, which that file is until it rolls over to disk: every API request's body, read
+        without `tempfile`'s Python methods (its making, write, seeks, reads and closes: ~12
+        Python calls a request). Anything else (a body in parts, a larger one, a disconnect)
+        takes Django's own path, the first message handed to it again."""
+        message = await receive()
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            body = message.get("body", b"")
+            limit = settings.FILE_UPLOAD_MAX_MEMORY_SIZE
+            if not limit or len(body) <= limit:
+                return io.BytesIO(body)
+        return await super().read_body(_first_again(message, receive))
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         """Django 5.2's, its URLconf set by `_default_urlconf_set`."""

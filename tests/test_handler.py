@@ -16,6 +16,7 @@ import inspect
 import json
 import re
 import sys
+import tempfile
 import threading
 import uuid
 import weakref
@@ -806,3 +807,69 @@ async def test_djangos_get_response_async_is_the_one_the_handlers_stands_in_for(
     a change of Django's means reading the handler's against it."""
     source = inspect.getsource(BaseHandler.get_response_async)
     assert hashlib.sha256(source.encode()).hexdigest()[:16] == "ad82c920df0cebbb"
+
+
+@pytest.fixture
+def spooled(monkeypatch) -> list:
+    """The spooled files Django's `read_body` makes, as they are made."""
+    made: list = []
+    spooled_file = tempfile.SpooledTemporaryFile
+
+    def making(*args, **kwargs):
+        made.append(spooled_file(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(asgi.tempfile, "SpooledTemporaryFile", making)
+    return made
+
+
+async def _session_made(token: str, parts: list[bytes]) -> dict:
+    """`POST /api/sessions` by token, its body sent in `parts` (one message each)."""
+    scope = _scope(
+        "POST",
+        "/api/sessions",
+        {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    app = ApplicationCommunicator(application, scope)
+    for index, part in enumerate(parts):
+        more = index < len(parts) - 1
+        await app.send_input({"type": "http.request", "body": part, "more_body": more})
+    start = await app.receive_output(10)
+    body = (await app.receive_output(10))["body"]
+    await app.wait(5)
+    assert start["status"] == 201, body
+    return json.loads(body)
+
+
+async def test_a_body_that_comes_whole_is_read_without_a_spooled_file(spooled):
+    """Django spooled every request's body into a `tempfile.SpooledTemporaryFile`, in memory up
+    to `FILE_UPLOAD_MAX_MEMORY_SIZE`: ~12 Python calls of `tempfile` a request. A body that
+    comes whole in the first message and fits is a `BytesIO`, what that file holds it in."""
+    _, token, _session = await database_sync_to_async(someone)("alice")
+
+    made = await _session_made(token, [b'{"title": "whole"}'])
+
+    assert made["title"] == "whole"
+    assert spooled == []
+
+
+async def test_a_body_in_parts_or_past_the_memory_limit_is_spooled_as_django_spools_it(
+    spooled, settings
+):
+    _, token, _session = await database_sync_to_async(someone)("alice")
+
+    in_parts = await _session_made(token, [b'{"title": ', b'"in parts"}'])
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 8
+    large = await _session_made(token, [b'{"title": "past the limit"}'])
+
+    assert (in_parts["title"], large["title"]) == ("in parts", "past the limit")
+    assert [file._rolled for file in spooled] == [False, True]
+
+
+async def test_a_client_gone_before_its_body_gets_no_answer(spooled):
+    app = ApplicationCommunicator(application, _scope("POST", "/api/sessions", {}))
+    await app.send_input({"type": "http.disconnect"})
+    await app.wait(5)
+
+    assert await app.receive_nothing()
+    assert [file.closed for file in spooled] == [True]
