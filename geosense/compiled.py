@@ -283,7 +283,7 @@ def db_value(model: Any, field: str, value: Any, connection: Any) -> Any:
     if target is None:
         target = model._meta.get_field(field)
         target = _db_fields[model, field] = getattr(target, "target_field", target)
-    if type(value) is uuid.UUID and type(target) is UUIDField:
+    if type(value) is uuid.UUID and type(target) is UUIDField:  # `_uuid_param`, inline
         return value if connection.features.has_native_uuid_field else f"{value.int:032x}"
     if (
         type(value) is datetime.datetime
@@ -295,6 +295,19 @@ def db_value(model: Any, field: str, value: Any, connection: Any) -> Any:
 
 
 _db_fields: dict[tuple[Any, str], Field] = {}
+
+
+def _uuid_param(value: uuid.UUID, connection: Any) -> Any:
+    """A UUID as a plain `UUIDField` prepares it: itself where the database has the type, else
+    its `hex`, made from its integer."""
+    return value if connection.features.has_native_uuid_field else f"{value.int:032x}"
+
+
+def _uuid_field(field: Field) -> bool:
+    """A plain `UUIDField`, or a foreign key to one (a message's session): its value, a UUID,
+    is stored as `_uuid_param` makes it (the field's and the key's preparation, ~8 Python
+    calls an insert, end in that)."""
+    return type(getattr(field, "target_field", field)) is UUIDField
 
 
 class CompiledUpdate(_Compiled):
@@ -437,13 +450,11 @@ def _time_saved(field: Field, obj: Model, connection: Any) -> Any:
 
 
 def _default_fresh(field: Field) -> bool:
-    """`field.get_default()` may give another value at each call (None too: it is no constant
-    worth keeping)."""
-    return (
-        (field.has_default() and callable(field.default))
-        or field.has_db_default()
-        or field.get_default() is None
-    )
+    """`field.get_default()` may give another value at each call."""
+    return (field.has_default() and callable(field.default)) or field.has_db_default()
+
+
+_FRESH = object()  # a field's default made by `get_default()` at each insert
 
 
 @dataclass(frozen=True)
@@ -453,8 +464,8 @@ class _InsertPlan:
     returning: bool  # the SQL returns the new row's primary key (else the cursor's last id)
     # Per field inserted, in the SQL's order: its position among the model's concrete fields,
     # the field, the kind of value it stores as it is (`_as_is`; `datetime` for a plain
-    # `DateTimeField`, whose value is made and adapted by `_time_saved`) and whether it is
-    # NUL-free.
+    # `DateTimeField`, whose value is made and adapted by `_time_saved`; `UUID` for a plain
+    # `UUIDField` or a key to one, `_uuid_param`) and whether it is NUL-free.
     fields: tuple[tuple[int, Field, type | None, bool], ...]
 
 
@@ -477,9 +488,10 @@ class CompiledInsert:
         meta = model._meta
         self.fields = [f for f in meta.local_concrete_fields if f is not meta.auto_field]
         # Each concrete field's name and default: made once unless the field makes a new one
-        # each time (a callable default, a database default): then None and `get_default()`.
+        # each time (a callable default, a database default): then `_FRESH` and `get_default()`
+        # (a constant None was made at each insert too: 4 Python calls of a message's).
         self._concrete = tuple(
-            (f.attname, f, None if _default_fresh(f) else f.get_default())
+            (f.attname, f, _FRESH if _default_fresh(f) else f.get_default())
             for f in meta.concrete_fields
         )
         self._attnames = frozenset(f.attname for f in meta.concrete_fields)
@@ -514,7 +526,7 @@ class CompiledInsert:
             obj = self.model(**values)
             return obj, [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in self.fields]
         row = [
-            values[name] if name in values else f.get_default() if default is None else default
+            values[name] if name in values else f.get_default() if default is _FRESH else default
             for name, f, default in self._concrete
         ]
         obj = self.model(*row)
@@ -523,6 +535,9 @@ class CompiledInsert:
             value = row[position]
             if kind is datetime.datetime:
                 params.append(_time_saved(field, obj, connection))
+                continue
+            if kind is uuid.UUID and type(value) is uuid.UUID:
+                params.append(_uuid_param(value, connection))
                 continue
             if kind is str:
                 as_is = isinstance(value, str) and not (nul_free and NUL in value)
@@ -559,7 +574,11 @@ class CompiledInsert:
                     (
                         position,
                         f,
-                        datetime.datetime if type(f) is DateTimeField else _as_is(f, connection),
+                        datetime.datetime
+                        if type(f) is DateTimeField
+                        else uuid.UUID
+                        if _uuid_field(f)
+                        else _as_is(f, connection),
                         isinstance(f, _NUL_FREE),
                     )
                     for position, (_, f, _) in enumerate(self._concrete)
