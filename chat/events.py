@@ -54,18 +54,19 @@ class TurnProgress:
 
     def add(self, event: TurnEvent) -> None:
         self.seq += 1
-        if event.event == "turn_start":
-            self.turn = event.data["turn"]
-        if event.event == "text_delta":
+        name = event.event
+        if name == "text_delta":
             self.text.append(event.data["delta"])
             return
-        self._flush_text()
-        self.events.append({"event": event.event, "data": event.data})
+        if name == "turn_start":
+            self.turn = event.data["turn"]
+        if self.text:
+            self._flush_text()
+        self.events.append({"event": name, "data": event.data})
 
     def _flush_text(self) -> None:
-        if self.text:
-            self.events.append({"event": "text_delta", "data": {"delta": "".join(self.text)}})
-            self.text = []
+        self.events.append({"event": "text_delta", "data": {"delta": "".join(self.text)}})
+        self.text = []
 
     def snapshot(self) -> dict[str, Any]:
         text = [{"event": "text_delta", "data": {"delta": "".join(self.text)}}] if self.text else []
@@ -89,17 +90,6 @@ def _cache_shared() -> bool:
     """Whether the cache reaches other processes (Redis); each process's memory otherwise,
     where this process's own record is all there is."""
     return "redis" in settings.CACHES["default"]["BACKEND"].lower()
-
-
-def _progress_add(key: str, event: TurnEvent) -> TurnProgress:
-    """Add the event to the session's progress in this process (dropped at `turn_end`)."""
-    progress = _progress.get(key)
-    if progress is None:
-        progress = _progress[key] = TurnProgress()
-    progress.add(event)
-    if event.event == "turn_end":
-        del _progress[key]
-    return progress
 
 
 async def _progress_share(key: str, event: TurnEvent, progress: TurnProgress) -> None:
@@ -205,8 +195,11 @@ class EventSink:
     """Where one turn's events go: local listeners first, then the session's sockets.
 
     A listener that fails or went away is dropped; it never stops the turn. What the sink
-    needs of its session (its key and group, whether progress is shared, the channel layer)
-    is found once per turn: ~6 events a turn, each on the event loop (issue 15).
+    needs of its session (its key and group, whether progress is shared, the channel layer
+    and whether it is this process's own) is found once per turn: ~6 events a turn, each on
+    the event loop (issue 15). `emit` does its work in its own frame (the progress, the
+    frame to each socket of this process, whether the layer has more to reach): each helper
+    it called was a Python call an event.
     """
 
     session_id: object
@@ -217,6 +210,7 @@ class EventSink:
         self._group = session_group(self._key)
         self._shared = _cache_shared()
         self._layer = get_channel_layer()
+        self._in_memory = isinstance(self._layer, InMemoryChannelLayer)
 
     async def emit(self, event: TurnEvent) -> None:
         for listener in list(self.listeners):
@@ -225,45 +219,42 @@ class EventSink:
             except Exception:  # a broken listener must not break the turn
                 logger.exception("turn event listener failed; dropping it")
                 self.listeners.remove(listener)
-        progress = _progress_add(self._key, event)
+        # The session's progress in this process (dropped at `turn_end`).
+        key = self._key
+        progress = _progress.get(key)
+        if progress is None:
+            progress = _progress[key] = TurnProgress()
+        progress.add(event)
+        if event.event == "turn_end":
+            del _progress[key]
         seq = progress.seq
         if self._shared:
-            await _progress_share(self._key, event, progress)
+            await _progress_share(key, event, progress)
+        # The session's sockets on this loop, handed the frame directly, encoded once for all.
+        delivered: list[str] = []
         sockets = _local.get(self._group)
-        delivered = await _local_send(sockets, event, seq=seq) if sockets else []
+        if sockets:
+            loop = asyncio.get_running_loop()
+            text = wire.event_frame_text(event, seq=seq)
+            for channel_name, (socket_loop, relay) in list(sockets.items()):
+                if socket_loop is not loop:
+                    continue
+                try:
+                    await relay(text)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # a socket closing meanwhile: the layer may still reach it
+                    continue
+                delivered.append(channel_name)
         layer = self._layer
-        if layer is not None and _layer_reaches_more(layer, self._group, delivered):
+        if layer is None:
+            return
+        # The in-memory layer's members are all of this process (each was handed the event,
+        # unless it is on another event loop); its `group_send` would also sweep every channel
+        # and group of the process for expired entries, per event. Any other layer may reach
+        # other processes.
+        if not self._in_memory or layer.groups.get(self._group, {}).keys() - delivered:
             await _group_send(layer, self._group, event, delivered, seq=seq)
-
-
-async def _local_send(
-    sockets: dict[str, tuple[asyncio.AbstractEventLoop, Relay]], event: TurnEvent, *, seq: int
-) -> list[str]:
-    """Hand the event's frame to the session's sockets on this loop, encoded once for all."""
-    loop = asyncio.get_running_loop()
-    text = wire.event_frame_text(event, seq=seq)
-    delivered = []
-    for channel_name, (socket_loop, relay) in list(sockets.items()):
-        if socket_loop is not loop:
-            continue
-        try:
-            await relay(text)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a socket closing meanwhile: the channel layer may still reach it
-            continue
-        delivered.append(channel_name)
-    return delivered
-
-
-def _layer_reaches_more(layer: Any, group: str, delivered: list[str]) -> bool:
-    """Whether the layer has a member of the group the event was not handed to directly. The
-    in-memory layer's members are all of this process (each was handed the event, unless it
-    is on another event loop); its `group_send` would also sweep every channel and group of
-    the process for expired entries, per event. Any other layer may reach other processes."""
-    if isinstance(layer, InMemoryChannelLayer):
-        return bool(layer.groups.get(group, {}).keys() - delivered)
-    return True
 
 
 async def _group_send(

@@ -263,21 +263,27 @@ class TurnEvent:
     event: EventName
     data: EventData
 
-    @property
+    @functools.cached_property
     def data_json(self) -> str:
-        """`data` as JSON text, encoded at its first use and kept: the SSE stream and the
+        """`data` as JSON text, encoded at its first use and kept (in the instance's
+        `__dict__`, where a second read finds it without a Python call): the SSE stream and the
         session's sockets of this process send the same text (`sse_frame`,
         `event_frame_text`). The data is not changed once emitted (the engine persists, then
-        emits: docs/architecture.md, "Engine invariants")."""
-        text = self.__dict__.get("_data_json")
-        if text is None:
-            text = self.__dict__["_data_json"] = _event_data_json(self.data)  # frozen dataclass
+        emits: docs/architecture.md, "Engine invariants").
+
+        As `json.dumps(data, ensure_ascii=False)` writes it, by the C encoder that
+        `JSONEncoder.encode` builds for each call (with its own markers, for its check of
+        circular data), without `encode`'s and `iterencode`'s two Python frames; with a lone
+        surrogate (which no UTF-8 stream can carry) in ASCII escapes, so that the SSE stream
+        and the sockets still send it."""
+        text = "".join(_event_data_encoder({})(self.data, 0))
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            return json.dumps(self.data)
         return text
 
 
-# An event's data as the SSE stream has always written it (`json.dumps(…, ensure_ascii=False)`):
-# by the C encoder that `JSONEncoder.encode` builds for each call (with its own markers, for
-# its check of circular data), without `encode`'s and `iterencode`'s two Python frames.
 _EVENT_DATA_ENCODER = json.JSONEncoder(ensure_ascii=False)
 _event_data_encoder = functools.partial(
     c_make_encoder,
@@ -290,17 +296,6 @@ _event_data_encoder = functools.partial(
     skipkeys=False,
     allow_nan=True,
 )
-
-
-def _event_data_json(data: Any) -> str:
-    """The data's JSON text; with a lone surrogate (which no UTF-8 stream can carry) in ASCII
-    escapes, so that the SSE stream and the sockets still send it."""
-    text = "".join(_event_data_encoder({})(data, 0))
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return json.dumps(data)
-    return text
 
 
 def turn_start(*, session: object, turn: int) -> TurnEvent:

@@ -42,9 +42,38 @@ async def test_an_event_costs_the_loop_few_python_calls_for_its_stream_and_socke
         {"delta": "There are twelve trees."},
     )
     # 63 before: the data encoded twice by `json.dumps` (~6 Python calls each), the session's
-    # id written out and its group and the layer found for every event; 41 now, 10 of them the
-    # test socket's queue (Daphne's send, in the server).
-    assert calls <= 44, calls
+    # id written out and its group and the layer found for every event; 41, then 37 now (the
+    # sink's helpers in its own frame), 10 of them the test socket's queue (Daphne's send, in
+    # the server).
+    assert calls <= 40, calls
+
+
+async def test_an_events_way_to_its_stream_and_socket_is_few_python_frames(caller):
+    """`emit` keeps the progress, hands each socket of this process its frame and asks the
+    in-memory layer whether anyone is left, in its own frame; the SSE frame reads the data's
+    JSON the socket's frame encoded, without a call. A delta: 19 Python calls before
+    (`_progress_add`, `_local_send`, `_layer_reaches_more`, `_flush_text` with no text to flush
+    and the second read of `data_json` were a call each, the first read two), 15 now, 7 of
+    them the test socket's queue (Daphne's send, in the server) and one this test's own."""
+    ws = await tab(caller)
+    streamed: list[wire.TurnEvent] = []
+    sink = EventSink(session_id=caller.session.pk, listeners=[streamed.append])
+    await sink.emit(wire.turn_start(session=caller.session.pk, turn=1))
+
+    async def one(event: wire.TurnEvent) -> None:
+        await sink.emit(event)
+        wire.sse_frame(event)
+
+    deltas = [wire.text_delta("There are twelve trees.") for _ in range(5)]
+    ends = [wire.turn_end() for _ in range(5)]
+    delta = min([await python_calls(one(event)) for event in deltas])
+    end = min([await python_calls(one(event)) for event in ends[:1]])
+    frames = [await ws.receive_json_from() for _ in range(7)]
+    await ws.disconnect()
+
+    assert [f["event"] for f in frames] == ["turn_start", *["text_delta"] * 5, "turn_end"]
+    assert [f["seq"] for f in frames] == list(range(1, 8))
+    assert (delta, end) == (15, 16)  # the end flushes the text streamed before it
 
 
 async def _streamed(
