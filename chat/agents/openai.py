@@ -297,7 +297,7 @@ class OpenAIAgent:
     def accepts_images(self) -> bool:
         """Whether the history may carry pictures as image parts: GEOSENSE_LLM_VISION, unless
         this configuration's server refused an image before."""
-        return self.config.vision and self._key not in _images_refused
+        return self.config.vision and (not _images_refused or self._key not in _images_refused)
 
     @property
     def _key(self) -> tuple[str, str]:

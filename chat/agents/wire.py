@@ -207,13 +207,15 @@ class _Call:
             return False
 
 
-@dataclass
 class _ThinkTags:
     """Reasoning a model writes into its content as a leading `<think>…</think>` block (servers
-    without a reasoning parser, e.g. Ollama before 0.9 with DeepSeek-R1 or Qwen3)."""
+    without a reasoning parser, e.g. Ollama before 0.9 with DeepSeek-R1 or Qwen3).
 
-    state: str = "start"  # start → thinking → answer, or start → answer
-    pending: str = ""
+    A plain class whose state starts as class attributes: made for every request, it is built
+    without a Python call (a dataclass's `__init__` is one)."""
+
+    state = "start"  # start → thinking → answer, or start → answer
+    pending = ""
 
     OPEN = "<think>"
     CLOSE = "</think>"
@@ -308,9 +310,12 @@ class ChunkParser:
         if not (self.finished or done):
             raise AgentError("The language model stream ended before it was complete.")
         out: list[StreamItem] = []
-        reasoning, answer = self._think_tags.close()
-        self._thinking += reasoning
-        self._flush_thinking(out, everything=True)
+        answer = ""
+        if self._think_tags.pending:  # a think block, or what could begin one, left open
+            reasoning, answer = self._think_tags.close()
+            self._thinking += reasoning
+        if self._thinking:
+            self._flush_thinking(out, everything=True)
         if answer:
             out.append(TextDelta(answer))
         for n, call in enumerate(self._calls):

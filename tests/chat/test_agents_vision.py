@@ -152,3 +152,16 @@ async def test_a_refusal_naming_images_when_none_were_sent_is_an_error(
     assert len(openai_agent.requests) == 1
     assert len(out.of("error")) == 1
     assert openai_agent_module._images_refused == set()
+
+
+def test_whether_pictures_go_as_images_is_one_python_call_while_no_server_refused_one():
+    """Asked at every step: the configuration's key (a tuple, a property of its own) is only
+    made when some server of this process refused an image (2 Python calls before)."""
+    from chat.agents.openai import OpenAIAgent, ProviderConfig
+    from tests.chat.costs import python_calls_of
+
+    agent = OpenAIAgent(ProviderConfig(base_url="http://model.invalid/v1"))
+    assert agent.accepts_images
+    assert python_calls_of(lambda: agent.accepts_images) == 2  # the lambda's and the property's
+    openai_agent_module._images_refused.add((agent.config.base_url, agent.config.model))
+    assert not agent.accepts_images
