@@ -3,6 +3,7 @@ to the pool and the SQL statements it runs, counted for a turn with one served c
 and a text-only turn, so that a change that adds trips or statements per turn shows here; and
 what an event costs when every socket it goes to is served directly."""
 
+import asyncio
 import json
 
 import pytest
@@ -73,6 +74,40 @@ async def test_a_turn_with_one_served_client_call_costs_few_pool_trips_and_state
     # numbering compiled once; 7 with the messages' insert compiled once; 5 with the request's
     # bearer token (with its user) and session-owner reads compiled once.
     assert costs.compiled <= 5, costs.compiled
+
+
+async def test_a_served_call_turn_starts_few_tasks(client, trusted_caller, openai_agent):
+    """Every task a turn starts is a Python call or three on the loop to make (asyncio's task
+    registry, its name), its steps, and a Python call more when it ends. The claim's keeper and
+    the streamed text's draft were tasks sleeping to be cancelled at their end (nearly
+    always); they are timers, whose work is a task only when it is due."""
+    openai_agent.reply_text("Warm.")
+    assert (await start_turn(client, trusted_caller, "hello")).names()[-1] == "turn_end"
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    openai_agent.reply_text("Here.")
+    ws = await tab(trusted_caller, [LOCATION])
+    loop = asyncio.get_running_loop()
+    started = []
+
+    def counted(loop, coro, **kwargs):
+        started.append(coro.__qualname__)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(counted)
+    try:
+        turn = start_turn(client, trusted_caller, "where am I?")
+        await invoke_answer(ws, {"status": "GRANTED"})
+        out = await turn
+    finally:
+        loop.set_task_factory(None)
+    await ws.disconnect()
+
+    assert out.names()[-1] == "turn_end"
+    assert "TurnRunner._keep_lease" not in started and "_Draft._save_later" not in started
+    # The test's own (its request, the test client's `sync_to_async`), the turn's, its end's
+    # (shielded), the reply channel's pump (this loop's first client call), the model client's
+    # body writer for each of its two requests: 7; 9 before.
+    assert len(started) <= 7, started
 
 
 async def test_a_text_turn_costs_few_pool_trips_and_statements(

@@ -617,3 +617,32 @@ async def test_a_step_renews_the_claim_only_when_its_last_renewal_is_old(
 
     assert out.names()[-1] == "turn_end"
     assert len(renewed) == (1 if stale else 0)
+
+
+async def test_the_claim_is_renewed_while_a_long_step_waits_and_no_more_after_the_turn(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """A quarter lease after the turn began, and every quarter lease after that, the keeper
+    renews the claim however long the model keeps the step waiting (engine invariant 2); it
+    stops with the turn."""
+    from datetime import timedelta
+
+    from tests.fakes.fake_openai import Pause, Text
+
+    renewed = []
+    real_renew = services.session_lease_renew
+    monkeypatch.setattr(
+        services, "session_lease_renew", lambda **kw: renewed.append(1) or real_renew(**kw)
+    )
+    monkeypatch.setattr(services, "TURN_LEASE", timedelta(seconds=0.4))
+    openai_agent.reply(Pause(0.5), Text("Slow."))
+
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
+    )
+    during = len(renewed)
+    await asyncio.sleep(0.3)
+
+    assert out.names()[-1] == "turn_end"
+    assert 2 <= during <= 6, during
+    assert len(renewed) == during
