@@ -139,7 +139,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.channel_receive = functools.partial(self.channel_layer.receive, self.channel_name)
         try:
             with contextlib.suppress(StopConsumer):
-                await self._serve(receive)
+                # A task of its own: Daphne's task for the socket holds the coroutines above
+                # this one (the routers, the authentication middleware, Channels' `app`), and
+                # every frame that woke `_serve` in it resumed each of them, a Python call each.
+                # Awaited here, it is cancelled with Daphne's task and its errors come out here.
+                await asyncio.ensure_future(self._serve(receive))
         except BaseException:
             self._tidy_after_error()
             raise
