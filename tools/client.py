@@ -44,6 +44,7 @@ from tools.schemas import (
     json_depth_exceeds,
     schema_check,
     schema_validator,
+    size_within_bounds,
     validation_problem,
 )
 from tools.wording import ids_text, listing, missing_text, sentence
@@ -137,11 +138,16 @@ class ClientTool:
     async def arguments_problem(self, arguments: dict, *, size: int | None = None) -> str | None:
         """Why the model's arguments do not match the declaration, or None (checked within a
         deadline: the schema is the browser's, the arguments the model's; on the loop when
-        `size`, the length of the arguments' JSON text, is small, else in the schema threads).
+        `size`, the length of the arguments' JSON text, is small, else in the schema threads;
+        the caps measured only when that text is not short enough to be within them).
         Arguments the summary shows as annotation ids (`{ids:ids}`) must not name deleted
         annotations: a page is never asked to show one (unknown ids are the page's to skip)."""
         problem = await validation_problem(
-            schema=self.arguments, value=arguments, size=size, validator=self.arguments_validator
+            schema=self.arguments,
+            value=arguments,
+            size=size,
+            bounded=size is not None and size_within_bounds(size),
+            validator=self.arguments_validator,
         )
         if problem:
             return problem

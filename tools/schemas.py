@@ -597,6 +597,15 @@ def text_within_bounds(text: str) -> bool:
     )
 
 
+def size_within_bounds(size: int) -> bool:
+    """Whether every value read from a JSON text of `size` characters is within the caps by
+    its length alone: each level of nesting takes two brackets, so nesting deeper than
+    `VALUE_MAX_DEPTH` takes more characters than this, and so short a text cannot grow past
+    `VALUE_MAX_BYTES` (`text_within_bounds`). A model's arguments (`{"i": 1}`, `{}`) are this
+    short nearly always: then they are not walked nor written out again to be measured."""
+    return size <= 2 * VALUE_MAX_DEPTH + 1
+
+
 # `json.dumps(value, separators=(",", ":"))` without making an encoder for every value.
 _compact_json = json.JSONEncoder(separators=(",", ":")).encode
 

@@ -273,3 +273,30 @@ async def test_an_answer_that_arrives_during_a_check_wins_over_its_verdict(monke
 
     answer = await with_unanswered_call(monkeypatch, reachable, within=2)
     assert answer.ok and answer.result == {"ids": [4]}
+
+
+def test_arguments_too_long_to_be_within_the_caps_by_their_length_are_measured():
+    tool = client_tool_declare(PICK, backend_names=())
+    deep: dict = {}
+    for _ in range(40):
+        deep = {"choice": deep}
+    problem = asyncio.run(tool.arguments_problem(deep, size=12 * 40 + 2))
+
+    assert "nests deeper than 32" in problem
+    assert schemas.size_within_bounds(2 * schemas.VALUE_MAX_DEPTH + 1)
+    assert not schemas.size_within_bounds(2 * schemas.VALUE_MAX_DEPTH + 2)
+
+
+@pytest.mark.asyncio
+async def test_short_arguments_are_checked_without_measuring_them_against_the_caps():
+    """A model's arguments are a short JSON text nearly always: one of at most 65 characters
+    can neither nest past the depth cap nor grow past the size cap, so it is not walked nor
+    written out again to be measured: 19 Python calls on the loop before, 15 now."""
+    from tests.chat.costs import python_calls
+
+    tool = client_tool_declare(PICK, backend_names=())
+    short = {"prompt": "Pick one."}
+    assert await tool.arguments_problem(short, size=23) is None
+
+    calls = await python_calls(tool.arguments_problem(short, size=23))
+    assert calls <= 15, calls
