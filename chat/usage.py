@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.dispatch import receiver
 from django.utils import timezone
 
 from geosense.accounts.services import credit_balance, credit_charge
@@ -29,11 +31,28 @@ class TurnUnaffordable(Exception):
     """The balance cannot start a turn; the message is a sentence for the person."""
 
 
+# The price, read from the settings at its first use and kept: read through Django's lazy
+# settings object (two Python calls a setting) by every step and every usage record, it cost
+# ~6 Python calls a turn on the event loop and the database thread (issue 15). A setting changed
+# (tests, `override_settings`) drops it.
+_price_kept: float | None = None
+
+
 def _price() -> float:
     """Credits per 1,000 tokens; the local agent uses no model, so it is free."""
-    if settings.GEOSENSE_AGENT != "openai":
-        return 0.0
-    return settings.GEOSENSE_CREDITS_PER_1K_TOKENS
+    global _price_kept
+    if _price_kept is None:
+        _price_kept = (
+            settings.GEOSENSE_CREDITS_PER_1K_TOKENS if settings.GEOSENSE_AGENT == "openai" else 0.0
+        )
+    return _price_kept
+
+
+@receiver(setting_changed)
+def _price_forget(*, setting: str, **kwargs) -> None:
+    global _price_kept
+    if setting in ("GEOSENSE_AGENT", "GEOSENSE_CREDITS_PER_1K_TOKENS"):
+        _price_kept = None
 
 
 def turn_minimum_credits() -> int:

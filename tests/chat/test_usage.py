@@ -278,3 +278,19 @@ def test_the_admin_shows_tokens_per_turn_per_session_and_per_user(transactional_
     assert credit_balance(user=caller.user) == 45
     credit_set(user=caller.user, balance=0)
     assert admin.get("/admin/chat/turnusage/").status_code == 200
+
+
+def test_whether_tokens_are_priced_is_read_from_the_settings_once(settings):
+    """Asked by every step and every usage record, on the loop and the database thread: the
+    price is kept, not read through Django's lazy settings each time (two Python calls a
+    setting: 4 calls before, 2 now), and a setting changed is read again."""
+    from chat import usage
+
+    settings.GEOSENSE_AGENT = "openai"
+    settings.GEOSENSE_CREDITS_PER_1K_TOKENS = 0
+    assert not usage.tokens_priced()
+    assert python_calls_of(usage.tokens_priced) == 2
+    settings.GEOSENSE_CREDITS_PER_1K_TOKENS = 3
+    assert usage.tokens_priced() and usage.turn_minimum_credits() == 3
+    settings.GEOSENSE_AGENT = "local"
+    assert not usage.tokens_priced()
