@@ -196,23 +196,23 @@ def _timings_text(timings) -> str:
     return pprint.pformat(timings._timings)
 
 
-def _idle(connection) -> bool:
-    """Whether a write to this connection could go out now: plain TCP, open, nothing queued."""
-    return (
-        not connection.TLS
-        and connection.connected
-        and not connection.disconnecting
-        and not connection._writeDisconnected
-        and not connection._tempDataBuffer
-        and connection.offset == len(connection.dataBuffer)
-    )
-
-
-def _send_now(connection, data: bytes) -> bytes:
-    """Send what the kernel takes at once; the rest, for Twisted to queue."""
+def _unsent(connection, data: bytes) -> bytes:
+    """What of `data` the kernel did not take: sent at once where a write could go out now
+    (plain TCP, open, nothing queued); all of it otherwise, or on an error (full: EAGAIN),
+    for Twisted to queue and meet as before. (One function: the check and the send were a
+    Python call each, for every frame and SSE chunk.)"""
+    if (
+        connection.TLS
+        or not connection.connected
+        or connection.disconnecting
+        or connection._writeDisconnected
+        or connection._tempDataBuffer
+        or connection.offset != len(connection.dataBuffer)
+    ):
+        return data
     try:
         sent = connection.socket.send(data)
-    except OSError:  # full (EAGAIN) or failing: queued, Twisted meets it as before
+    except OSError:
         sent = 0
     return data[sent:]
 
@@ -221,8 +221,8 @@ def _sent_at_once(write):
     """`tcp.Connection.write`, sending at once what nothing queued is ahead of."""
 
     def write_now(self, data: bytes) -> None:
-        if type(data) is bytes and _idle(self):
-            data = _send_now(self, data)
+        if type(data) is bytes:
+            data = _unsent(self, data)
             if not data:
                 return
         write(self, data)
@@ -236,15 +236,11 @@ _ONLY_BYTES = frozenset({bytes})
 
 def _sequence_sent_at_once(write_sequence):
     """`tcp.Connection.writeSequence`, its pieces joined and sent at once when nothing
-    queued is ahead of them."""
+    queued is ahead of them (queued joined otherwise, the same bytes in the same order)."""
 
     def write_sequence_now(self, iovec) -> None:
-        if (
-            type(iovec) in (list, tuple)
-            and _ONLY_BYTES.issuperset(map(type, iovec))
-            and _idle(self)
-        ):
-            rest = _send_now(self, b"".join(iovec))
+        if type(iovec) in (list, tuple) and _ONLY_BYTES.issuperset(map(type, iovec)):
+            rest = _unsent(self, b"".join(iovec))
             if rest:
                 write_sequence(self, [rest])
             return

@@ -487,11 +487,12 @@ def _hook_calls(action) -> list[str]:
 
 def test_a_sequence_is_checked_and_sent_without_a_python_call_per_piece():
     """An SSE chunk is three pieces (size, event, line end): each was checked by a generator
-    step of its own, four Python calls per chunk on the event loop."""
+    step of its own, four Python calls per chunk on the event loop; then the connection's
+    check and the send were a call each."""
     with _connection(b"") as (connection, _ours, theirs, _writers):
         calls = _hook_calls(lambda: connection.writeSequence(http.toChunk(b"event")))
         assert theirs.recv(64) == b"5\r\nevent\r\n"
-    assert calls == ["write_sequence_now", "_idle", "_send_now"]
+    assert calls == ["write_sequence_now", "_unsent"]
 
 
 def test_a_frame_sent_makes_its_unwritten_debug_text_without_a_python_call():
