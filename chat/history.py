@@ -18,6 +18,7 @@ window needs a bound, not a tokenizer.
 """
 
 import json
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -31,7 +32,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Length, Substr
 
 from geosense.compiled import CompiledRead, db_value
-from geosense.fields import json_text
+from geosense.fields import json_text, nul_free
 from tools.registry import ToolSpecs
 
 from .models import Artifact, Message
@@ -48,6 +49,7 @@ LEFT_OUT_NOTE = (
     "Earlier turns of this conversation were left out of this request to fit the model's "
     "context window. If the user refers to something you cannot see here, say so and ask."
 )
+logger = logging.getLogger(__name__)
 IMAGE_DATA_URL_RE = re.compile(r"data:image/(?:png|jpeg|webp);base64,[A-Za-z0-9+/]+={0,2}")
 
 
@@ -479,34 +481,44 @@ def history_rows_stored(*, session_id: object, messages: Sequence[Message]) -> N
     step of a turn, issue 15). Any other new row (stored by anyone else, or not noted: a draft,
     a message with contexts) and the new rows are read as before (engine invariant 6). A note
     is skipped (no window reads it); the messages are noted up to the first that cannot be."""
-    rows: list[_Kept] = []
-    for message in messages:
-        if message.role == Message.Role.NOTE:
-            continue
-        kept = _stored_row(message)
-        if kept is None or (rows and kept.row.id <= rows[-1].row.id):
-            break
-        rows.append(kept)
-    if rows:
-        _kept.stored_add(str(session_id), rows[::-1])
+    try:
+        rows: list[_Kept] = []
+        for message in messages:
+            if message.role == Message.Role.NOTE:
+                continue
+            kept = _stored_row(message)
+            if kept is None or (rows and kept.row.id <= rows[-1].row.id):
+                break
+            rows.append(kept)
+        if rows:
+            _kept.stored_add(str(session_id), rows[::-1])
+    except Exception:
+        # Noting saves a read and nothing more: never in the way of what called it (the turn's
+        # end releases its claim after it; review 30-a L2).
+        logger.exception("session %s: stored rows not noted (read from the database)", session_id)
 
 
 def _stored_row(message: Message) -> _Kept | None:
     """A stored message as the window reads it (`_read`), or None for a draft (its text may
-    still grow). Its fields hold what the database holds (a NUL-free field replaces a NUL on
-    the instance saved too, geosense/fields.py). The message has no context: one attached to
-    it later shows in the check."""
+    still grow). Its text fields hold what the database holds (a NUL-free text field replaces
+    a NUL on the instance saved too, geosense/fields.py); its calls (a JSON field, which
+    replaces a NUL only in what it sends) are made NUL-free here as the database got them: a
+    model's call with a NUL in its arguments reads back with U+FFFD (review 30-a M1). The
+    message has no context: one attached to it later shows in the check."""
     content, call_id = message.content, message.tool_call_id
     if message.cut_off:
         return None
     tool = message.role == Message.Role.TOOL
+    calls = message.tool_calls or []
+    if calls and "\\u0000" in json_text(calls):
+        calls = nul_free(calls)
     row = _Row(
         id=message.pk,
         turn=message.turn,
         role=str(message.role),
         text=content[:TOOL_RESULT_CHARS] if tool else content,
         size=len(content),
-        tool_calls=message.tool_calls or [],
+        tool_calls=calls,
         tool_call_id=call_id,
         cut_off=False,
     )

@@ -229,9 +229,10 @@ def test_the_rows_a_turn_stored_are_kept_without_a_statement_reading_them(monkey
     """What the turn holding the claim stores (its user message, its calls, their results, its
     answer) its kept rows are told (`history_rows_stored`): the next window reads no new row
     for them (a statement a step, issue 15) and is the one read from the database, a long
-    result cut as the database cuts it, a NUL as storing replaced it. A user message with
-    contexts, or a row stored by anyone else, is read from the database as before, with the
-    other new rows."""
+    result cut as the database cuts it, a NUL in a text or in a call's name and arguments as
+    storing replaced it (review 30-a M1: the calls were noted with the model's NUL). A user
+    message with contexts, or a row stored by anyone else, is read from the database as
+    before, with the other new rows."""
     read = []
     real_read = history._read
     monkeypatch.setattr(history, "_read", lambda *a, **k: read.append(1) or real_read(*a, **k))
@@ -241,11 +242,11 @@ def test_the_rows_a_turn_stored_are_kept_without_a_statement_reading_them(monkey
     turns(session, 2)
     history_window(session_id=session.session.pk, budget=100_000)
     reads = []
-    for other, contexts, size, note, text in (
-        (False, "", TOOL_RESULT_CHARS + 50, True, "answer"),
-        (False, "", 5, False, "an answer with a NUL \x00 in it"),
-        (False, "position", 5, False, "answer"),
-        (True, "", 5, False, "answer"),
+    for other, contexts, size, note, text, name in (
+        (False, "", TOOL_RESULT_CHARS + 50, True, "answer", "measure"),
+        (False, "", 5, False, "an answer with a NUL \x00 in it", "meas\x00ure"),
+        (False, "position", 5, False, "answer", "measure"),
+        (True, "", 5, False, "answer", "measure"),
     ):
         if other:  # stored by someone else before the turn (a pause's result set aside)
             session.add("tool", content="set aside", tool_call_id="p", tool_name="m")
@@ -253,7 +254,8 @@ def test_the_rows_a_turn_stored_are_kept_without_a_statement_reading_them(monkey
         message = session.add("user", content="question", through=through)
         if contexts:
             session.context(message, contexts)
-        call = {"id": f"c{session.turn}", "name": "measure", "arguments": '{"i": 1}'}
+        arguments = '{"i": 1}' if name == "measure" else '{"q": "a\x00b"}'
+        call = {"id": f"c{session.turn}", "name": name, "arguments": arguments}
         session.add("assistant", content="", tool_calls=[call], through=through)
         session.add(
             "tool", content="r" * size, tool_call_id=call["id"], tool_name="m", through=through
@@ -348,3 +350,23 @@ def test_what_is_kept_counts_the_contexts_data_and_the_sessions(monkeypatch):
     history._kept.clear()
     history_window(session_id=session.session.pk, budget=100_000)
     assert history._kept._chars == 0
+
+
+def test_noting_stored_rows_never_raises_to_its_caller(monkeypatch, caplog):
+    """Noting saves a read and nothing more: the turn's end notes its deferred result just
+    before releasing its claim, so an error in the noting is logged and the rows are read from
+    the database, never raised (review 30-a L2: an error there would skip the release)."""
+    user = get_user_model().objects.get_or_create(username="noting")[0]
+    session = Session(user)
+    turns(session, 1)
+    history_window(session_id=session.session.pk, budget=100_000)
+    message = session.add("assistant", content="answer")
+
+    def broken(message):
+        raise ValueError("a bug in the noting")
+
+    monkeypatch.setattr(history, "_stored_row", broken)
+    history.history_rows_stored(session_id=session.session.pk, messages=[message])
+
+    assert "stored rows not noted" in caplog.text
+    assert_same_window(session.session.pk, budget=100_000, images=False)
