@@ -77,7 +77,7 @@ ONE_WAY_DELIVERED = {"ok": True, "delivered": "shown to the user"}
 # The streamed text is stored at most this long after it was shown (`_Draft`).
 DRAFT_SECONDS = 1.0
 # A step, or a call's result, renews the claim's lease only when it was last renewed (or taken)
-# longer ago than this: the keeper (`_keep_lease`) renews it as often whatever the turn does.
+# longer ago than this: the keeper (`_lease_keep`) renews it as often whatever the turn does.
 STEP_RENEW_SECONDS = services.TURN_LEASE.total_seconds() / 4
 
 _running: set[asyncio.Task] = set()
@@ -349,7 +349,11 @@ def _step_reads_ahead(prepared: PreparedTurn, *, images: bool) -> "_StepInputs |
             services.session_lease_renew(session_id=prepared.session_id)
             prepared.claimed = now  # the lease is as fresh as a claim taken now
         return _step_reads(session_id=prepared.session_id, images=images)
+    except OperationalError:
+        return None  # the database is busy: the step's own trip meets it
     except Exception:
+        # Not expected: shown, as the step's own read would show it (review 30-a L3).
+        logger.exception("session %s: the first step's read ahead failed", prepared.session_id)
         return None
 
 
