@@ -622,30 +622,41 @@ async def test_a_step_renews_the_claim_only_when_its_last_renewal_is_old(
     assert len(renewed) == (1 if stale else 0)
 
 
-async def test_the_claim_is_renewed_while_a_long_step_waits_and_no_more_after_the_turn(
+async def test_the_keeper_renews_the_claim_every_quarter_lease_and_stops_with_the_turn(
     client, trusted_caller, openai_agent, monkeypatch
 ):
-    """A quarter lease after the turn began, and every quarter lease after that, the keeper
-    renews the claim however long the model keeps the step waiting (engine invariant 2); it
-    stops with the turn."""
-    from datetime import timedelta
-
-    from tests.fakes.fake_openai import Pause, Text
+    """The keeper is a timer of the loop a quarter lease away; when it fires, the claim is
+    renewed in a task of its own and the next timer armed (engine invariant 2); the turn's end
+    cancels it. Fired by hand here: nothing depends on how fast the machine runs."""
+    from chat import turns
 
     renewed = []
     real_renew = services.session_lease_renew
     monkeypatch.setattr(
         services, "session_lease_renew", lambda **kw: renewed.append(1) or real_renew(**kw)
     )
-    monkeypatch.setattr(services, "TURN_LEASE", timedelta(seconds=0.4))
-    openai_agent.reply(Pause(0.5), Text("Slow."))
+    keep, runners = turns.TurnRunner._lease_keep, []
+    monkeypatch.setattr(
+        turns.TurnRunner, "_lease_keep", lambda runner: runners.append(runner) or keep(runner)
+    )
+    openai_agent.reply_text("Hello.")
 
     out = await post_stream(
         client, trusted_caller.url("/message/stream"), {"text": "hi"}, token=trusted_caller.token
     )
-    during = len(renewed)
-    await asyncio.sleep(0.3)
 
+    (runner,) = runners
     assert out.names()[-1] == "turn_end"
-    assert 2 <= during <= 6, during
-    assert len(renewed) == during
+    assert runner._keeper.cancelled() and runner._renewal is None and renewed == []
+
+    loop = asyncio.get_running_loop()
+    quarter = services.TURN_LEASE.total_seconds() / 4
+    before = loop.time()
+    keep(runner)
+    first = runner._keeper
+    assert before + quarter <= first.when() <= loop.time() + quarter
+    runner._lease_due()  # as the loop runs it when the timer fires
+    await runner._renewal
+    assert renewed == [1] and runner._renewal is None
+    assert runner._keeper is not first and not runner._keeper.cancelled()
+    runner._keeper.cancel()
