@@ -357,3 +357,19 @@ async def test_a_run_of_twins_answers_and_steps_as_nested_layers_do(
         )
 
     assert results[0] == results[1]
+
+
+def test_the_served_chain_is_one_run_of_twins_in_middlewares_order():
+    """The application's chain: every middleware of `MIDDLEWARE` a twin, all in one run, in
+    `MIDDLEWARE`'s order; the authentication twin leaves a token request's user to the bearer
+    token's twin, the next layer (as it did through Django's wrapper, which copied its word)."""
+    chain = django_asgi_app._middleware_chain
+
+    assert type(chain) is middleware.TwinsRun
+    assert [layer.__class__.__name__ for layer in chain.layers] == [
+        path.rpartition(".")[2] for path in settings.MIDDLEWARE
+    ]
+    authentication = chain.layers[
+        settings.MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
+    ]
+    assert authentication.token_user_next
