@@ -866,6 +866,31 @@ async def test_a_body_in_parts_or_past_the_memory_limit_is_spooled_as_django_spo
     assert [file._rolled for file in spooled] == [False, True]
 
 
+@pytest.mark.parametrize("parts", [1, 2])
+async def test_a_body_past_the_data_limit_is_refused_whole_or_in_parts(settings, parts):
+    """The body's limit holds on the `BytesIO` a whole body is read into as on Django's spooled
+    file (review 30-a L5): past `DATA_UPLOAD_MAX_MEMORY_SIZE` (no Content-Length said), a body
+    is refused whether it comes whole or in parts."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 20
+    _, token, _session = await database_sync_to_async(someone)("alice")
+    body = json.dumps({"title": "x" * 40}).encode()
+    scope = _scope(
+        "POST",
+        "/api/sessions",
+        {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    app = ApplicationCommunicator(application, scope)
+    chunks = [body] if parts == 1 else [body[:10], body[10:]]
+    for index, chunk in enumerate(chunks):
+        more = index < len(chunks) - 1
+        await app.send_input({"type": "http.request", "body": chunk, "more_body": more})
+    start = await app.receive_output(10)
+    await app.receive_output(10)
+    await app.wait(5)
+
+    assert start["status"] == 413
+
+
 async def test_a_client_gone_before_its_body_gets_no_answer(spooled):
     app = ApplicationCommunicator(application, _scope("POST", "/api/sessions", {}))
     await app.send_input({"type": "http.disconnect"})
