@@ -132,18 +132,25 @@ def test_a_read_whose_parameters_differ_stays_on_the_orm(sessions, caplog):
     assert "stays on the ORM" in caplog.text
 
 
-def test_a_compiled_update_sets_new_values_on_the_rows_it_filters(sessions, monkeypatch):
+def _title_update_where_none(**options) -> CompiledUpdate:
+    """A session's title set where it has none, compiled."""
+
     def build(session_id, title):
         return ChatSession.objects.filter(pk=session_id, title=""), {"title": title}
 
-    update = CompiledUpdate(
+    return CompiledUpdate(
         build=build,
         tail=lambda connection, session_id, title: [
             title,
             db_value(ChatSession, "id", session_id, connection),
             "",
         ],
+        **options,
     )
+
+
+def test_a_compiled_update_sets_new_values_on_the_rows_it_filters(sessions, monkeypatch):
+    update = _title_update_where_none()
     first, second = sessions
     assert update.run(first.pk, "one") == 1
     compiles = _compiles(monkeypatch)
@@ -161,24 +168,13 @@ def test_a_compiled_update_returns_what_its_rows_give_back_in_its_own_statement(
     the ORM converts them), in the update's one statement; no row when the filter holds none."""
     from django.db.models import Exists, OuterRef
 
-    def build(session_id, title):
-        return ChatSession.objects.filter(pk=session_id, title=""), {"title": title}
-
     def returning(session_id, title):
         answered = Message.objects.filter(session_id=OuterRef("pk"), role="assistant")
         return ChatSession.objects.annotate(answered=Exists(answered)).values_list(
             "turn_count", "title", "answered"
         )
 
-    update = CompiledUpdate(
-        build=build,
-        tail=lambda connection, session_id, title: [
-            title,
-            db_value(ChatSession, "id", session_id, connection),
-            "",
-        ],
-        returning=returning,
-    )
+    update = _title_update_where_none(returning=returning)
     first, second = sessions
     Message.objects.filter(session=second, role="assistant").delete()
     statements = []
