@@ -59,11 +59,9 @@ def session_update(
     return session
 
 
-def session_claim(*, session_id: object, facts: bool = False) -> tuple[int, bool, bool] | None:
+def session_claim(*, session_id: object) -> None:
     """Claim the session for one turn, across processes (docs/architecture.md, "Engine
-    invariants" 2); with `facts`, return its `session_turn_facts` too, read by the claim's own
-    statement (a statement fewer every new message), or None where the database returns no
-    rows from an update (the caller reads them under the claim).
+    invariants" 2).
 
     The claim names this process; a dead process's claim is free at once (chat/processes.py),
     and any claim expires with its lease. Raises SessionBusy.
@@ -72,14 +70,8 @@ def session_claim(*, session_id: object, facts: bool = False) -> tuple[int, bool
     now = timezone.now()
     live = processes.heartbeats_on()
     fresh = processes.heartbeat_fresh_since() if live else None
-    rows = _CLAIM_WITH_FACTS.returned(session_id, now, live, fresh) if facts else None
-    if rows is None:
-        if not _CLAIM.run(session_id, now, live, fresh):
-            raise SessionBusy("a turn is already running in this session")
-        return None
-    if not rows:
+    if not _CLAIM.run(session_id, now, live, fresh):
         raise SessionBusy("a turn is already running in this session")
-    return _turn_facts(rows[0])
 
 
 def _claim_update(session_id: object, now: Any, live: bool, fresh: Any):
@@ -107,16 +99,9 @@ def _claim_tail(connection: Any, session_id: object, now: Any, live: bool, fresh
     return tail
 
 
-# Every turn's claim (engine invariant 2): compiled once per process and heartbeat setting;
-# a new message's returns the session's turn facts (`session_turn_facts`).
+# Every turn's claim (engine invariant 2): compiled once per process and heartbeat setting.
 _CLAIM = CompiledUpdate(
     build=_claim_update, tail=_claim_tail, shape=lambda session_id, now, live, fresh: live
-)
-_CLAIM_WITH_FACTS = CompiledUpdate(
-    build=_claim_update,
-    tail=_claim_tail,
-    shape=lambda session_id, now, live, fresh: live,
-    returning=lambda session_id, now, live, fresh: _turn_facts_query(session_id),
 )
 
 
@@ -200,11 +185,7 @@ def session_turn_facts(*, session_id: object) -> tuple[int, bool, bool]:
     rows = _TURN_FACTS.rows(session_id)
     if not rows:
         raise ChatSession.DoesNotExist("ChatSession matching query does not exist.")
-    return _turn_facts(rows[0])
-
-
-def _turn_facts(row: tuple[Any, ...]) -> tuple[int, bool, bool]:
-    count, title, approval_open, decision_open = row
+    count, title, approval_open, decision_open = rows[0]
     return count, bool(title), bool(approval_open or decision_open)
 
 

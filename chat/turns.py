@@ -241,15 +241,13 @@ def _contexts_checked(contexts: Any) -> list[wire.DataContext]:
     return contexts
 
 
-def _prepare_message(
-    *, session_id: Any, user: Any, request: NewMessage, facts: tuple[int, bool, bool] | None
-) -> PreparedTurn:
+def _prepare_message(*, session_id: Any, user: Any, request: NewMessage) -> PreparedTurn:
     """Set the pauses aside, repair, number the turn (only once the repair went through,
-    engine invariant 1) and store the message, from the session's count, title and open
-    pauses as the claim read them (`facts`; else one read; `pauses_set_aside` runs only when
-    one is open). Under the claim nothing else writes either, so the repair reads no pause
-    (all were set aside just now) and the numbering is one conditional update."""
-    count, titled, paused = facts or services.session_turn_facts(session_id=session_id)
+    engine invariant 1) and store the message, with one read of the session for its count,
+    title and open pauses (`pauses_set_aside` runs only when one is open). Under the claim
+    nothing else writes either, so the repair reads no pause (all were set aside just now)
+    and the numbering is one conditional update."""
+    count, titled, paused = services.session_turn_facts(session_id=session_id)
     if paused:
         approvals.pauses_set_aside(session_id=session_id)
     services.history_repair(session_id=session_id, turn_count=count, pauses_open=False)
@@ -312,12 +310,10 @@ def _prepare_sync(
             raise TurnRequestInvalid("text must not be empty")
         usage.turn_affordable_check(user=user)
     claimed = time.monotonic()  # before the claim's write: its lease runs from no later
-    facts = services.session_claim(session_id=session_id, facts=isinstance(request, NewMessage))
+    services.session_claim(session_id=session_id)
     try:
         if isinstance(request, NewMessage):
-            prepared = _prepare_message(
-                session_id=session_id, user=user, request=request, facts=facts
-            )
+            prepared = _prepare_message(session_id=session_id, user=user, request=request)
         elif isinstance(request, ApprovalAnswer):
             prepared = _prepare_approval(session_id=session_id, user=user, request=request)
         else:

@@ -315,16 +315,7 @@ class CompiledUpdate(_Compiled):
     lease, the release: every turn's writes). `build(*args)` gives the queryset and the values;
     `tail(connection, *args)` every parameter in the SQL's order (the values set, then the
     filters'), checked against Django's own at the first call of each shape as for
-    `CompiledRead`. `run` returns the number of rows updated.
-
-    `returning(*args)`: a `values_list` of the same model, whose values each updated row
-    gives back in the update's own statement (`returned`; SQL `RETURNING`, as SQLite 3.35+ and
-    PostgreSQL run it): what the caller would read of the row next, a statement fewer. Such an
-    update is run by `returned`."""
-
-    def __init__(self, *, returning: Callable[..., QuerySet] | None = None, **compiled: Any):
-        super().__init__(**compiled)
-        self.returning = returning
+    `CompiledRead`. Returns the number of rows updated."""
 
     def run(self, *args: Any) -> int:
         connection = trip_connections.default or connections[DEFAULT_DB_ALIAS]
@@ -335,72 +326,21 @@ class CompiledUpdate(_Compiled):
             if plan is None:
                 self._plan(key, connection, queryset, values, args)
             return queryset.update(**values)
-        sql, qmark = plan[:2]
+        sql, qmark = plan
         return write_run(connection, sql, qmark, self.tail(connection, *args), ROW_COUNT)
-
-    def returned(self, *args: Any) -> list[tuple[Any, ...]] | None:
-        """The update, with `returning`'s values of each row it updated, converted as the ORM
-        converts them; None, and nothing run, where the update cannot return them (a database
-        without `RETURNING` on an update, or a statement left on the ORM): the caller runs and
-        reads them apart."""
-        connection = trip_connections.default or connections[DEFAULT_DB_ALIAS]
-        key = (connection.alias, connection.vendor, self.shape(*args))
-        plan = self._plans.get(key)
-        if plan is None and _update_returns(connection):
-            queryset, values = self.build(*args)
-            self._plan(key, connection, queryset, values, args)
-            plan = self._plans[key]
-        if not isinstance(plan, tuple) or len(plan) < 3:
-            return None
-        sql, qmark, returned = plan
-        params = [*self.tail(connection, *args), *returned.head]
-        rows = write_run(connection, sql, qmark, params, FETCH_ALL)
-        return _rows_converted(returned, rows, connection)
 
     def _plan(self, key: Hashable, connection: Any, queryset: QuerySet, values, args) -> None:
         query = queryset.query.chain(UpdateQuery)
         query.add_update_values(values)
         query.annotations = {}
         sql, compiled = query.get_compiler(queryset.db).as_sql()
-        if not _same(list(compiled), list(self.tail(connection, *args))):
-            logger.warning("compiled update %s stays on the ORM: its parameters differ", key)
-            plan: tuple | object = _ORM
-        elif self.returning is not None and _update_returns(connection):
-            returned = self._returned_plan(self.returning(*args), connection)
-            sql = f"{sql} RETURNING {returned.sql}"
-            plan = (sql, qmark_form(connection, sql), returned)
+        if _same(list(compiled), list(self.tail(connection, *args))):
+            plan: tuple[str, str | None] | object = (sql, qmark_form(connection, sql))
         else:
-            plan = (sql, qmark_form(connection, sql))
+            logger.warning("compiled update %s stays on the ORM: its parameters differ", key)
+            plan = _ORM
         with self._lock:
             self._plans.setdefault(key, plan)
-
-    @staticmethod
-    def _returned_plan(queryset: QuerySet, connection: Any) -> _Plan:
-        """The `RETURNING` list of `queryset`'s selected values as its compiler writes them
-        (columns named with their table, which the update's own statement names), with their
-        parameters (`head`) and converters."""
-        compiler = queryset.query.get_compiler(using=queryset.db)
-        compiler.setup_query()
-        select = compiler.select[: compiler.col_count]
-        params = [param for _, (_, compiled), _ in select for param in compiled]
-        converters = compiler.get_converters([column for column, _, _ in select])
-        return _Plan(
-            sql=", ".join(sql for _, (sql, _), _ in select),
-            qmark=None,
-            head=tuple(params),
-            converters=tuple(
-                (position, tuple(functions), expression)
-                for position, (functions, expression) in converters.items()
-            ),
-        )
-
-
-def _update_returns(connection: Any) -> bool:
-    """Whether an UPDATE may end with `RETURNING` (SQLite 3.35+, whose inserts return columns
-    from the same version; PostgreSQL)."""
-    return connection.vendor == "postgresql" or (
-        connection.vendor == "sqlite" and connection.features.can_return_columns_from_insert
-    )
 
 
 # The kinds of value a field may store as they are (`_as_is`), each with the values it is probed

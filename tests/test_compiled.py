@@ -7,7 +7,6 @@ from django.contrib.auth import get_user_model
 from django.db.models.sql import compiler as sql_compiler
 
 from chat.models import ChatSession, Message
-from geosense import compiled as compiled_module
 from geosense.compiled import CompiledInsert, CompiledRead, CompiledUpdate, db_value
 from tests.chat.costs import python_calls_of
 
@@ -132,7 +131,7 @@ def test_a_read_whose_parameters_differ_stays_on_the_orm(sessions, caplog):
     assert "stays on the ORM" in caplog.text
 
 
-def _title_update_where_none(**options) -> CompiledUpdate:
+def _title_update_where_none() -> CompiledUpdate:
     """A session's title set where it has none, compiled."""
 
     def build(session_id, title):
@@ -145,7 +144,6 @@ def _title_update_where_none(**options) -> CompiledUpdate:
             db_value(ChatSession, "id", session_id, connection),
             "",
         ],
-        **options,
     )
 
 
@@ -159,49 +157,6 @@ def test_a_compiled_update_sets_new_values_on_the_rows_it_filters(sessions, monk
     assert compiles == []
     titles = dict(ChatSession.objects.values_list("pk", "title"))
     assert (titles[first.pk], titles[second.pk]) == ("one", "two")
-
-
-def test_a_compiled_update_returns_what_its_rows_give_back_in_its_own_statement(
-    sessions, monkeypatch
-):
-    """`returned`: each updated row's values of `returning` (a subquery's too, converted as
-    the ORM converts them), in the update's one statement; no row when the filter holds none."""
-    from django.db.models import Exists, OuterRef
-
-    def returning(session_id, title):
-        answered = Message.objects.filter(session_id=OuterRef("pk"), role="assistant")
-        return ChatSession.objects.annotate(answered=Exists(answered)).values_list(
-            "turn_count", "title", "answered"
-        )
-
-    update = _title_update_where_none(returning=returning)
-    first, second = sessions
-    Message.objects.filter(session=second, role="assistant").delete()
-    statements = []
-    real = compiled_module.write_run
-    monkeypatch.setattr(
-        compiled_module, "write_run", lambda *a: statements.append(a[1]) or real(*a)
-    )
-    assert update.returned(first.pk, "one") == [(0, "one", True)]
-    assert update.returned(second.pk, "two") == [(0, "two", False)]
-    assert update.returned(first.pk, "again") == []  # titled already: the filter holds
-    assert len(statements) == 3 and all(" RETURNING " in sql for sql in statements)
-    titles = dict(ChatSession.objects.values_list("pk", "title"))
-    assert (titles[first.pk], titles[second.pk]) == ("one", "two")
-
-
-def test_an_update_that_cannot_return_rows_leaves_it_to_its_caller(sessions, monkeypatch):
-    monkeypatch.setattr(compiled_module, "_update_returns", lambda connection: False)
-    update = CompiledUpdate(
-        build=lambda session_id: (ChatSession.objects.filter(pk=session_id), {"title": "t"}),
-        tail=lambda connection, session_id: [
-            "t",
-            db_value(ChatSession, "id", session_id, connection),
-        ],
-        returning=lambda session_id: ChatSession.objects.values_list("title"),
-    )
-    assert update.returned(sessions[0].pk) is None
-    assert ChatSession.objects.get(pk=sessions[0].pk).title == ""  # nothing ran
 
 
 def test_a_compiled_insert_stores_what_the_orm_stores_compiling_once(sessions, monkeypatch):
