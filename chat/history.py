@@ -32,7 +32,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Length, Substr
 
 from geosense.compiled import CompiledRead, db_value
-from geosense.fields import json_text, nul_free
+from geosense.fields import json_nul_free, json_text
 from tools.registry import ToolSpecs
 
 from .models import Artifact, Message
@@ -509,16 +509,13 @@ def _stored_row(message: Message) -> _Kept | None:
     if message.cut_off:
         return None
     tool = message.role == Message.Role.TOOL
-    calls = message.tool_calls or []
-    if calls and "\\u0000" in json_text(calls):
-        calls = nul_free(calls)
     row = _Row(
         id=message.pk,
         turn=message.turn,
         role=str(message.role),
         text=content[:TOOL_RESULT_CHARS] if tool else content,
         size=len(content),
-        tool_calls=calls,
+        tool_calls=json_nul_free(message.tool_calls) if message.tool_calls else [],
         tool_call_id=call_id,
         cut_off=False,
     )

@@ -81,16 +81,21 @@ def json_text(value: Any, encoder: type[json.JSONEncoder] | None = None) -> str:
     return json.dumps(value, cls=encoder)
 
 
+def json_nul_free(value: Any, encoder: type[json.JSONEncoder] | None = None) -> Any:
+    """A JSON value as `NulFreeJSONField` stores it: `value` itself when it holds no NUL.
+    Serialising in C finds a NUL far faster than walking a large value in Python; only a value
+    that has one (or a literal backslash-u0000) is walked."""
+    if "\\u0000" not in json_text(value, encoder):
+        return value
+    return nul_free(value)
+
+
 class NulFreeJSONField(models.JSONField):
     def get_prep_value(self, value: Any) -> Any:
         value = super().get_prep_value(value)
         if not isinstance(value, dict | list | str):  # None, numbers, expressions
             return value
-        # Serialising in C finds a NUL far faster than walking a large value in Python; only a
-        # value that has one (or a literal backslash-u0000) is walked.
-        if "\\u0000" not in json_text(value, self.encoder):
-            return value
-        return nul_free(value)
+        return json_nul_free(value, self.encoder)
 
     def get_db_prep_value(self, value: Any, connection: Any, prepared: bool = False) -> Any:
         """A dict or list being saved is serialised once, the text both checked for NUL and
