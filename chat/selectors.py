@@ -16,6 +16,7 @@ from django.db.models import (
     Prefetch,
     Q,
     QuerySet,
+    Subquery,
     TextField,
     Value,
     When,
@@ -25,6 +26,7 @@ from django.db.models.fields.json import KT
 from django.urls import reverse
 from django.utils import timezone
 
+from geosense.annotations.models import AnnotationRevision
 from geosense.compiled import CompiledRead, db_value, model_columns, model_from_row
 from geosense.wire import ApprovalData, DecisionData, MessageData
 from tools.client import ClientTool, ClientToolset
@@ -466,12 +468,22 @@ def client_toolset_of_session(*, session_id: object) -> ClientToolset | None:
 
 def client_tools_offered(*, session_id: object) -> tuple[ClientToolset | None, ToolSpecs]:
     """`client_toolset_of_session`, with its tools' specs as a step offers them."""
+    return client_tools_and_revision(session_id=session_id)[:2]
+
+
+def client_tools_and_revision(
+    *, session_id: object
+) -> tuple[ClientToolset | None, ToolSpecs, tuple[str, str] | None]:
+    """`client_tools_offered`, and the annotations' revision (`AnnotationRevision.state()`)
+    read by the same statement when the session has a socket's tools (None when it has none):
+    a step reads both, and each statement is a GIL hand-off or two of the database thread
+    every turn queues on (issue 15)."""
     live = processes.heartbeats_on()
     fresh = processes.heartbeat_fresh_since() if live else None
     rows = _REGISTRATION_LATEST.rows(session_id, live, fresh)
     if not rows:
-        return None, ToolSpecs()
-    channel_name, declared, process = rows[0]
+        return None, ToolSpecs(), None
+    channel_name, declared, process, token, generation = rows[0]
     tools, specs = _declared_tools(declared)
     toolset = ClientToolset(
         channel_name=channel_name,
@@ -479,7 +491,7 @@ def client_tools_offered(*, session_id: object) -> tuple[ClientToolset | None, T
         elsewhere=process != processes.PROCESS_ID,
         process=process,
     )
-    return toolset, specs
+    return toolset, specs, (token or "", generation or "")
 
 
 # Declarations (their JSON text as stored) → their tools and specs, made once: every step of
@@ -520,7 +532,17 @@ def _registration_latest_query(session_id: object, live: bool, fresh: Any) -> Qu
         registrations = registrations.filter(
             Q(process=processes.PROCESS_ID) | Q(process__in=processes.process_live_ids(since=fresh))
         )
-    return registrations.order_by("-updated").values_list("channel_name", "tools", "process")[:1]
+    revision = AnnotationRevision.objects.filter(pk=1)
+    return (
+        registrations.order_by("-updated")
+        .annotate(
+            revision_token=Subquery(revision.values("token")[:1]),
+            revision_generation=Subquery(revision.values("generation")[:1]),
+        )
+        .values_list("channel_name", "tools", "process", "revision_token", "revision_generation")[
+            :1
+        ]
+    )
 
 
 def _registration_latest_tail(connection: Any, session_id: object, live: bool, fresh: Any):
@@ -533,8 +555,9 @@ def _registration_latest_tail(connection: Any, session_id: object, live: bool, f
     return tail
 
 
-# Every step reads the session's client tools: compiled once per process (geosense/compiled.py);
-# the declarations come as their JSON text (`_declared_tools`).
+# Every step reads the session's client tools, with the annotations' revision (as
+# `AnnotationRevision.state()` reads it, in the same statement): compiled once per process
+# (geosense/compiled.py); the declarations come as their JSON text (`_declared_tools`).
 _REGISTRATION_LATEST = CompiledRead(
     build=_registration_latest_query,
     tail=_registration_latest_tail,

@@ -1180,9 +1180,9 @@ def _step_reads(*, session_id: Any, images: bool) -> _StepInputs:
     """A step's reads: the session's client tools, the system prompt and the newest turns that
     fit the model's context (chat/history.py; the newest pictures as image parts if
     `images`), with the request they answer."""
-    toolset, client_specs = selectors.client_tools_offered(session_id=session_id)
+    toolset, client_specs, revision = selectors.client_tools_and_revision(session_id=session_id)
     specs = backend_tool_specs() + client_specs  # each made once, not at every step
-    overview = annotation_overview()
+    overview = annotation_overview(revision=revision)
     prompt = system_prompt(overview=overview.counts, shapes=overview.shapes)
     window = history_window(
         session_id=session_id, budget=history_budget(system=prompt, tools=specs), images=images

@@ -21,7 +21,7 @@ from . import postgis
 from .classes import class_match
 from .clip import overlap_areas
 from .geometry import GEOD
-from .index import ClassIndex, SpatialIndex, nearest_within, spatial_index
+from .index import ClassIndex, SpatialIndex, nearest_within, spatial_index, spatial_index_cached
 from .models import Annotation, AnnotationRevision
 from .spatial import spatial_backend
 from .types import (
@@ -81,14 +81,19 @@ _SHAPES_BY_DIMENSION: dict[int, Shape] = {0: "point", 1: "line", 2: "polygon"}
 _shapes_cache: tuple[int, str, dict[str, Shape]] | None = None
 
 
-def annotation_overview() -> DatasetOverview:
+def annotation_overview(*, revision: tuple[str, str] | None = None) -> DatasetOverview:
     """Live annotations per class and each class's shape (from the spatial index; the shapes
-    are worked out once per index)."""
+    are worked out once per index). `revision`: the revision row's (token, generation) as the
+    caller's statement read it just now (`AnnotationRevision.state()`), so that the index kept
+    at that token is taken without reading the row again (a statement a step, issue 15); any
+    other token, or none, and the index is asked as ever (it reads the row)."""
     global _shapes_cache
     if spatial_backend() == "postgis":
         counts, shapes = postgis.annotation_overview()
         return DatasetOverview(counts=counts, shapes=shapes)
-    index = spatial_index()
+    index = spatial_index_cached()
+    if index is None or revision is None or index.revision != revision[0]:
+        index = spatial_index()
     cached = _shapes_cache
     if cached is not None and cached[:2] == (id(index), index.revision):
         shapes = cached[2]

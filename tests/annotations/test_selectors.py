@@ -461,3 +461,26 @@ def test_stable_order_is_a_stable_argsort(seed):
         np.ones(1),
     ):
         assert stable_order(values).tolist() == np.argsort(values, kind="stable").tolist()
+
+
+def test_the_overview_at_a_revision_read_by_the_caller_reads_no_row_unless_it_changed(
+    monkeypatch,
+):
+    """A step reads the annotations' revision with its tools (chat/selectors.py): at the
+    token of the index kept, the overview takes that index without a statement; at any other
+    token (a write since, by this process or another) it asks the index, which catches up."""
+    from geosense.annotations.models import AnnotationRevision
+    from tests.chat.costs import Costs
+
+    annotation_create(category="house", geometry=rectangle(LON, LAT, 12, 10))
+    assert annotation_overview().counts == {"house": 1}
+    revision = AnnotationRevision.state()
+    with monkeypatch.context() as patched:
+        costs = Costs(patched)
+        assert annotation_overview(revision=revision).counts == {"house": 1}
+    assert costs.statements == []
+    annotation_create(category="tree", geometry=point(LON + 0.0001, LAT))
+    assert annotation_overview(revision=AnnotationRevision.state()).counts == {
+        "house": 1,
+        "tree": 1,
+    }

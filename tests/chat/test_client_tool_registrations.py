@@ -5,7 +5,11 @@ from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 
 from chat.models import ChatSession
-from chat.selectors import client_tools_offered, client_toolset_of_session
+from chat.selectors import (
+    client_tools_and_revision,
+    client_tools_offered,
+    client_toolset_of_session,
+)
 from chat.services import client_tools_register, client_tools_unregister
 from tests.client_tools import FOCUS, PICK
 from tools.client import client_tool_declare
@@ -62,3 +66,27 @@ def test_a_declaration_is_decoded_once_and_a_new_one_is_read(session, monkeypatc
     toolset, specs = client_tools_offered(session_id=session.pk)
     assert toolset.tools == {"map_select": pick, "map_focus": show}
     assert specs.specs == (pick.openai_spec(), show.openai_spec())
+
+
+def test_the_tools_read_gives_the_annotations_revision_of_its_own_statement(session, monkeypatch):
+    """A step reads its session's tools and the annotations' revision in one statement: the
+    revision is the row's as `AnnotationRevision.state()` reads it, after any write; a session
+    without a socket's tools gives none (its step reads the revision as before)."""
+    from geosense.annotations.models import AnnotationRevision
+    from tests.chat.costs import Costs
+
+    tool = client_tool_declare(PICK, backend_names=())
+    client_tools_register(channel_name="specific.a", session_id=session.pk, tools=[tool])
+    for bump in (False, True):
+        if bump:
+            AnnotationRevision.bump()
+        client_tools_and_revision(session_id=session.pk)  # compiled by the first read
+        with monkeypatch.context() as patched:
+            costs = Costs(patched)
+            toolset, specs, revision = client_tools_and_revision(session_id=session.pk)
+        assert len(costs.statements) == 1, costs.statements
+        assert toolset.tools == {"map_select": tool}
+        assert revision == AnnotationRevision.state()
+    assert revision[0] != ""
+    client_tools_unregister(channel_name="specific.a")
+    assert client_tools_and_revision(session_id=session.pk) == (None, specs.__class__(), None)
