@@ -282,14 +282,60 @@ class ChunkParser:
     _think_tags: _ThinkTags = field(default_factory=_ThinkTags)
 
     def feed(self, chunk: Mapping[str, Any]) -> list[StreamItem]:
+        """What one chunk completes; an error object a server streamed raises `AgentError`
+        with its words (`chunk_checked`). The error check and the choice are read here, not
+        in calls of their own: each would be a Python call a chunk on the event loop (issue
+        15), and models stream a token a chunk."""
+        if (
+            chunk.__class__ is not dict
+            or "error" in chunk
+            or "message" in chunk
+            or chunk.get("object") == "error"
+        ):
+            chunk = chunk_checked(chunk)
         out: list[StreamItem] = []
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = _usage(usage) or self.usage
         choices = chunk.get("choices")
         for choice in choices if isinstance(choices, list) else ():
-            if isinstance(choice, dict) and choice.get("index", 0) in (0, None):
-                self._choice(choice, out)
+            if not (isinstance(choice, dict) and choice.get("index", 0) in (0, None)):
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict):  # Azure's content-filter chunks carry none
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                if isinstance(reasoning, str):
+                    self._thinking += reasoning
+                    self._flush_thinking(out, everything=False)
+                for key in ("content", "refusal"):
+                    text = delta.get(key)
+                    if isinstance(text, str) and text:
+                        # Once the answer has begun there are no think tags to look for (a call
+                        # less a chunk: a model streams its answer a token a chunk).
+                        tags = self._think_tags
+                        thought, answer = ("", text) if tags.state == "answer" else tags.split(text)
+                        if thought:
+                            self._thinking += thought
+                            self._flush_thinking(out, everything=False)
+                        if answer:
+                            if self._thinking:
+                                self._flush_thinking(out, everything=True)
+                            out.append(TextDelta(answer))
+                fragments = delta.get("tool_calls")
+                if isinstance(fragments, list) and fragments:
+                    if self._thinking:
+                        self._flush_thinking(out, everything=True)
+                    for position, fragment in enumerate(fragments):
+                        if isinstance(fragment, dict):
+                            self._fragment(fragment, position)
+                legacy = delta.get("function_call")
+                if isinstance(legacy, dict):
+                    if self._thinking:
+                        self._flush_thinking(out, everything=True)
+                    self._fragment({"index": _LEGACY_FUNCTION_INDEX, "function": legacy}, 0)
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str) and reason:
+                self.finished, self.finish_reason = True, reason
         return out
 
     def feed_events(self, events: Iterable[SseEvent]) -> Iterator[StreamItem]:
@@ -302,7 +348,11 @@ class ChunkParser:
             if event == DONE:
                 self.done = True
                 return
-            yield from self.feed(chunk_decode(event))
+            try:
+                chunk = orjson.loads(event)
+            except orjson.JSONDecodeError:
+                chunk = chunk_decode(event)  # what only `json` reads, or a malformed stream
+            yield from self.feed(chunk)
 
     def close(self, *, done: bool) -> list[StreamItem]:
         """End of the body; `done` says whether `[DONE]` arrived. A stream that neither finished
@@ -327,45 +377,6 @@ class ChunkParser:
         if self.usage is not None:
             out.append(self.usage)
         return out
-
-    # -- one choice --
-
-    def _choice(self, choice: Mapping[str, Any], out: list[StreamItem]) -> None:
-        delta = choice.get("delta")
-        if isinstance(delta, dict):  # Azure's content-filter chunks carry none
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(reasoning, str):
-                self._thinking += reasoning
-                self._flush_thinking(out, everything=False)
-            for key in ("content", "refusal"):
-                text = delta.get(key)
-                if isinstance(text, str) and text:
-                    # Once the answer has begun there are no think tags to look for (a call
-                    # less a chunk: a model streams its answer a token a chunk).
-                    tags = self._think_tags
-                    thought, answer = ("", text) if tags.state == "answer" else tags.split(text)
-                    if thought:
-                        self._thinking += thought
-                        self._flush_thinking(out, everything=False)
-                    if answer:
-                        if self._thinking:
-                            self._flush_thinking(out, everything=True)
-                        out.append(TextDelta(answer))
-            fragments = delta.get("tool_calls")
-            if isinstance(fragments, list) and fragments:
-                if self._thinking:
-                    self._flush_thinking(out, everything=True)
-                for position, fragment in enumerate(fragments):
-                    if isinstance(fragment, dict):
-                        self._fragment(fragment, position)
-            legacy = delta.get("function_call")
-            if isinstance(legacy, dict):
-                if self._thinking:
-                    self._flush_thinking(out, everything=True)
-                self._fragment({"index": _LEGACY_FUNCTION_INDEX, "function": legacy}, 0)
-        reason = choice.get("finish_reason")
-        if isinstance(reason, str) and reason:
-            self.finished, self.finish_reason = True, reason
 
     def _flush_thinking(self, out: list[StreamItem], *, everything: bool) -> None:
         """Reasoning goes out a paragraph at a time (a model streams it word by word; the
@@ -457,13 +468,12 @@ def chunk_decode(data: str) -> Mapping[str, Any]:
             payload = _well_formed(json.loads(data))
         except (ValueError, RecursionError):
             raise AgentError("The language model server sent a malformed stream.") from None
-    if (
-        payload.__class__ is dict
-        and "error" not in payload
-        and "message" not in payload
-        and payload.get("object") != "error"
-    ):
-        return payload  # a chunk, no error object (`server_error_text`'s rules, one call less)
+    return chunk_checked(payload)
+
+
+def chunk_checked(payload: Any) -> Mapping[str, Any]:
+    """A decoded event as a chunk; a streamed error object raises `AgentError` with the
+    server's words, anything but an object that the stream is malformed."""
     message = server_error_text(payload)
     if message is not None:
         raise AgentError(server_error_message(message))
