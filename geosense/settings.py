@@ -108,8 +108,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         DATABASES["default"]["NAME"] = str(BASE_DIR / DATABASES["default"]["NAME"])
     # Daphne, the turn tasks and test processes write the same file: WAL, a busy timeout and
     # IMMEDIATE transactions keep them from failing with "database is locked".
+    # The WAL is checkpointed into the file once it holds 10,000 pages (~40 MiB) rather than
+    # SQLite's 1,000: a checkpoint runs in the commit that crosses the mark, on the engine's
+    # one database thread, and waits for its fsyncs there while every turn's trips queue.
+    # A turn writes ~27 pages, mostly the same few again (a session's row, the messages'
+    # last pages), so a checkpoint ten times rarer copies far fewer pages than ten: at 200
+    # users, 23-32 fsyncs and 0.4-0.5 s of them in a 20-s run instead of 146-250 and 0.6-1.4 s
+    # (docs/benchmarks.md, session 31).
     DATABASES["default"]["OPTIONS"] = {
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "init_command": (
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=10000;"
+        ),
         # Seconds a write waits for another writer before "database is locked".
         "timeout": float(os.environ.get("GEOSENSE_SQLITE_BUSY_TIMEOUT", "") or 20),
         "transaction_mode": "IMMEDIATE",

@@ -103,3 +103,25 @@ def test_vision_context_and_token_price_default_to_on_32000_and_free_and_are_rea
         GEOSENSE_CREDITS_PER_1K_TOKENS="2.5",
     )
     assert done.stdout.strip() == "(False, 8192, 2.5)", done.stderr
+
+
+def test_an_sqlite_file_is_in_wal_mode_and_checkpointed_every_10000_pages(tmp_path):
+    """A checkpoint runs on the engine's database thread, in the commit that crosses the mark:
+    ten times rarer than SQLite's default, it copies the same hot pages once, not ten times."""
+    code = (
+        "import django; django.setup(); from django.db import connection; "
+        "c = connection.cursor(); "
+        "print([c.execute(f'PRAGMA {p}').fetchone()[0] for p in "
+        "('journal_mode', 'synchronous', 'wal_autocheckpoint')])"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("GEOSENSE_", "DJANGO_"))}
+    environ.update(
+        DJANGO_SETTINGS_MODULE="geosense.settings",
+        GEOSENSE_ENV_FILE="",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=environ, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['wal', 1, 10000]"  # synchronous 1: NORMAL
