@@ -55,7 +55,10 @@ The response path:
     on a started answer) goes to Twisted's `Request.write` after the checks Daphne's request
     makes first (not finished, its channel kept): without `WebRequest.handle_reply`'s dispatch,
     and with its debug line written only where debug logging is on (five Python calls
-    before the write, two now);
+    before the write, two now); once the answer's headers are out, a chunk of a chunked
+    answer is what Twisted's `Request.write` makes of it (its size line, the data, a line end,
+    counted in `sentLength`), handed to the connection's `write` as one piece: not through
+    `Request.write`, `toChunk` and the channel's `writeSequence` (three Python calls a chunk);
   * a socket's every text frame (a `websocket.send` on an accepted socket: each turn event a
     page's socket gets, each client tool's invoke) goes to autobahn's `sendMessage` after
     Daphne's checks (not connecting, not both text and bytes): without
@@ -97,7 +100,7 @@ from daphne.server import Server
 from daphne.ws_protocol import WebSocketProtocol
 from daphne.ws_protocol import logger as daphne_socket_logger
 from twisted.web import http_headers
-from twisted.web.http import Request
+from twisted.web.http import HTTPChannel, Request
 
 WRITTEN_FOR = {"daphne": "4.2.3", "twisted": "26.10.0", "autobahn": "26.10.2"}
 
@@ -110,6 +113,8 @@ _SOCKET_SEND = "websocket.send"
 # socket's protocol still has them (not a subclass, or a test, that replaced either).
 _SOCKET_REPLY = WebSocketProtocol.handle_reply
 _SOCKET_SERVER_SEND = WebSocketProtocol.serverSend
+# Twisted's HTTP channel's `writeSequence` (its transport's), where a chunk is written as one piece.
+_CHANNEL_SEQUENCE = HTTPChannel.writeSequence
 
 
 async def handle_reply(self, protocol, message) -> None:
@@ -123,7 +128,23 @@ async def handle_reply(self, protocol, message) -> None:
     if kind == _BODY and message.get("more_body") and getattr(protocol, "_response_started", False):
         if protocol.finished or protocol.channel is None:
             return  # as Daphne's request: a finished answer's messages are dropped
-        Request.write(protocol, message.get("body", b""))
+        body = message.get("body", b"")
+        if (
+            protocol.chunked
+            and protocol.startedWriting
+            and body
+            and type(body) is bytes
+            and getattr(type(protocol.channel), "writeSequence", None) is _CHANNEL_SEQUENCE
+        ):
+            # Twisted's `Request.write` of a chunk once the headers are out, its chunk made
+            # and handed to the connection as one piece, not through `toChunk` and the
+            # channel's `writeSequence` (`ITransport.writeSequence` is a write of its pieces
+            # joined).
+            if not protocol._disconnected:
+                protocol.sentLength += len(body)
+                protocol.channel.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        else:
+            Request.write(protocol, body)
         if daphne_logger.isEnabledFor(logging.DEBUG):
             daphne_logger.debug("HTTP response chunk for %s", protocol.client_addr)
         return

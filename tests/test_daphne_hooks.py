@@ -70,6 +70,8 @@ ASSUMED_SOURCES = {
     "Server.check_headers_type": "30eb62919fcdd075",
     "WebRequest.handle_reply": "3e14b239c2602d95",
     "Request.write": "0e547d4f76bd1472",
+    "HTTPChannel.writeSequence": "06492eb61e8f8b80",  # a chunk's pieces, one transport write
+    "toChunk": "f326a3bed37a6be6",
     "WebSocketProtocol.__eq__": "9717acc71a5a476e",  # by identity: hashing by identity agrees
     "WebSocketProtocol.handle_reply": "5331423b1cf2016a",
     "WebSocketProtocol.serverSend": "345f21330d2a18ce",
@@ -112,6 +114,8 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "Server.check_headers_type": Server.check_headers_type,
         "WebRequest.handle_reply": WebRequest.handle_reply,
         "Request.write": http.Request.write,
+        "HTTPChannel.writeSequence": http.HTTPChannel.writeSequence,
+        "toChunk": http.toChunk,
         "WebSocketProtocol.__eq__": WebSocketProtocol.__eq__,
         "WebSocketProtocol.handle_reply": WebSocketProtocol.handle_reply,
         "WebSocketProtocol.serverSend": WebSocketProtocol.serverSend,
@@ -136,6 +140,71 @@ def test_a_middle_chunk_goes_to_twisteds_write_without_daphnes_dispatch():
 
     assert b"".join(channel.written[-1]) == b"a\r\nevent: x\n\n\r\n"
     assert calls == ["handle_reply", "write", "toChunk", "isEnabledFor"]
+
+
+def _answer_streaming(method: bytes = b"POST", status: int = 200):
+    """A Daphne request on Twisted's own HTTP channel over an in-memory transport, its answer
+    started (`: ok` written: the headers are out), and its server."""
+    from twisted.internet.testing import StringTransport
+
+    channel = http.HTTPChannel()
+    channel.makeConnection(StringTransport())
+    channel.factory = Channel.factory
+    request = WebRequest(channel)
+    request.clientproto, request.method = b"HTTP/1.1", method
+    server = Server.__new__(Server)
+    server.connections = {request: {}}
+    _send(server, request, {"type": "http.response.start", "status": status, "headers": []})
+    _send(server, request, {"type": "http.response.body", "body": b": ok\n\n", "more_body": True})
+    return server, request, channel.transport
+
+
+CHUNKS = [b"event: x\n\n", b"d" * 15, b"d" * 16, b"\x00\r\n", b"x" * 70_000, b"", b"\xc3\xa9"]
+
+
+@pytest.mark.parametrize("method, status", [(b"POST", 200), (b"HEAD", 200), (b"POST", 204)])
+def test_a_started_answers_chunks_are_written_as_twisted_writes_them(method, status):
+    """The same bytes on the connection, and the same `sentLength`, as Twisted's
+    `Request.write` under Daphne's own `handle_reply`, for chunks of every size (and none), in
+    a chunked answer and in answers Twisted does not chunk (a HEAD, a 204)."""
+    ours, ours_request, ours_transport = _answer_streaming(method, status)
+    theirs, theirs_request, theirs_transport = _answer_streaming(method, status)
+    daphnes = Server.handle_reply.__wrapped__
+    for chunk in CHUNKS:
+        message = {"type": "http.response.body", "body": chunk, "more_body": True}
+        _send(ours, ours_request, message)
+        with pytest.raises(StopIteration):
+            daphnes(theirs, theirs_request, message).send(None)
+
+    assert ours_transport.value() == theirs_transport.value()
+    assert ours_request.sentLength == theirs_request.sentLength
+    if method == b"POST" and status == 200:  # chunked
+        assert ours_transport.value().endswith(b"\r\n2\r\n\xc3\xa9\r\n")
+
+
+def test_a_chunk_of_a_started_answer_is_handed_to_the_connection_in_one_piece():
+    """Twisted's `Request.write`, `toChunk` and the channel's `writeSequence` ran for every SSE
+    chunk between the hook and the connection's write: the chunk is made by the hook."""
+    server, request, transport = _answer_streaming()
+    _send(server, request, BODY)  # logging's level cache filled
+
+    calls = functions_called(
+        lambda: _send(server, request, BODY),
+        where=("/daphne/", "/twisted/web/", "/logging/", "geosense/daphne_hooks.py"),
+    )
+
+    assert transport.value().endswith(b"a\r\nevent: x\n\n\r\na\r\nevent: x\n\n\r\n")
+    assert calls == ["handle_reply", "isEnabledFor"]
+
+
+def test_a_chunk_for_a_connection_gone_is_not_written_as_twisted_does_not_write_it():
+    server, request, transport = _answer_streaming()
+    written, sent = transport.value(), request.sentLength
+    request._disconnected = True
+
+    _send(server, request, BODY)
+
+    assert (transport.value(), request.sentLength) == (written, sent)
 
 
 def test_a_middle_chunks_debug_line_is_written_where_debug_logging_is_on(caplog):
