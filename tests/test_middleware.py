@@ -16,7 +16,8 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.middleware import clickjacking, security
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.functional import SimpleLazyObject
 
@@ -123,8 +124,9 @@ def _stream_scope(session, headers: dict[str, str]) -> dict:
 # 216 (no lazy user, nor an empty session store, made for nothing; messages' storage checked once),
 # 169 (no `convert_exception_to_response` coroutine around the six `AsyncNative` twins, which
 # convert their own exceptions: called, and resumed at each of the view's waits),
-# 154 (the ten layers one run of twins, `TwinsRun`: one coroutine, resumed once at each wait).
-STREAM_BY_TOKEN_CALLS = 154
+# 154 (the ten layers one run of twins, `TwinsRun`: one coroutine, resumed once at each wait),
+# 124 (the security and frame twins' headers set in the answer's store as Django made them).
+STREAM_BY_TOKEN_CALLS = 124
 
 
 @pytest.mark.asyncio
@@ -373,3 +375,96 @@ def test_the_served_chain_is_one_run_of_twins_in_middlewares_order():
         settings.MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware")
     ]
     assert authentication.token_user_next
+
+
+_HEADER_ANSWERS = {
+    "none": lambda: HttpResponse(),
+    "stream": lambda: StreamingHttpResponse(iter([b"x"]), content_type="text/event-stream"),
+    "theirs set": lambda: HttpResponse(
+        headers={
+            "x-content-type-options": "other",
+            "REFERRER-POLICY": "origin",
+            "Cross-Origin-Opener-Policy": "unsafe-none",
+            "x-frame-options": "SAMEORIGIN",
+        }
+    ),
+    "exempt": lambda: _exempt(HttpResponse()),
+}
+
+
+def _exempt(response: HttpResponse) -> HttpResponse:
+    response.xframe_options_exempt = True
+    return response
+
+
+@pytest.mark.parametrize(
+    "configured",
+    [
+        {},
+        {"SECURE_CONTENT_TYPE_NOSNIFF": False, "SECURE_CROSS_ORIGIN_OPENER_POLICY": None},
+        {"SECURE_REFERRER_POLICY": ["no-referrer", " origin"], "X_FRAME_OPTIONS": "sameorigin"},
+        {"SECURE_REFERRER_POLICY": None, "SECURE_HSTS_SECONDS": 60, "SECURE_HSTS_PRELOAD": True},
+        {"SECURE_HSTS_SECONDS": 60, "SECURE_PROXY_SSL_HEADER": ("HTTP_X_PROTO", "https")},
+    ],
+    ids=["defaults", "off", "listed", "hsts", "hsts secure"],
+)
+@pytest.mark.parametrize("answer", list(_HEADER_ANSWERS))
+def test_the_security_and_frame_twins_set_djangos_headers(configured, answer, settings):
+    """The security and frame twins set their headers in the answer's store at once, made
+    when the twin is (the frame's for each value read): the headers, their order and their
+    values are those of Django's own steps, for every settings variant and answer."""
+    for name, value in configured.items():
+        setattr(settings, name, value)
+    request = HttpRequest()
+    request.META["HTTP_X_PROTO"] = "https"
+
+    def view(request):
+        return HttpResponse()
+
+    ours, theirs = _HEADER_ANSWERS[answer](), _HEADER_ANSWERS[answer]()
+    for twin, djangos in [
+        (middleware.XFrameOptionsMiddleware, clickjacking.XFrameOptionsMiddleware),
+        (middleware.SecurityMiddleware, security.SecurityMiddleware),
+    ]:
+        ours = twin(view).process_response(request, ours)
+        theirs = djangos(view).process_response(request, theirs)
+
+    assert list(ours.items()) == list(theirs.items())
+
+
+def test_the_security_and_frame_twins_set_their_headers_in_few_python_calls():
+    """Django's steps set each header through `setdefault` or `get` (with the mapping's
+    `__contains__` or `get` and `__getitem__`), then `__setitem__` and two
+    `_convert_to_charset`s: 30 Python calls an answer for four headers, 4 now."""
+
+    def view(request):
+        return HttpResponse()
+
+    twins = [middleware.XFrameOptionsMiddleware(view), middleware.SecurityMiddleware(view)]
+    request = HttpRequest()
+    twins[0].process_response(request, HttpResponse())  # the frame's header made once
+    response = HttpResponse()
+
+    def steps():
+        for twin in twins:
+            twin.process_response(request, response)
+
+    calls: list[str] = []
+
+    def count(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_qualname)
+
+    sys.setprofile(count)
+    try:
+        steps()
+    finally:
+        sys.setprofile(None)
+
+    assert len(response.headers) == 5
+    assert calls[1:] == [
+        "XFrameOptionsMiddleware.process_response",
+        "XFrameOptionsMiddleware.get_xframe_options_value",
+        "LazyObject.__getattribute__",  # the setting, read for every answer as Django does
+        "SecurityMiddleware.process_response",
+    ]
