@@ -177,16 +177,22 @@ def turn_begin(*, session_id: object, count: int | None = None) -> int:
         return session.turn_count
 
 
-def session_turn_facts(*, session_id: object) -> tuple[int, bool, bool]:
-    """(turn_count, whether the session has a title, whether a pause of it is open), in one
-    read: a new message's turn needs them all (the repair's first turn and the numbering; the
-    title from its first message; the pauses it sets aside, usually none: two reads of their
-    own before)."""
+def session_turn_facts(
+    *, session_id: object
+) -> tuple[int, bool, bool, list[tuple[int, int, str, Any]]]:
+    """(turn_count, whether the session has a title, whether a pause of it is open, the
+    latest turns' results and calls as `history_repair` reads them), in one read: a new
+    message's turn needs them all (the repair and the numbering; the title from its first
+    message; the pauses it sets aside, usually none: two reads of their own before, and the
+    repair's read a statement of its own after, on the database thread every turn queues on,
+    issue 15). The session's row is joined with its latest turns' messages (the turns from
+    `turn_count - 1`, as the repair reads them): one row per message, or one with none."""
     rows = _TURN_FACTS.rows(session_id)
     if not rows:
         raise ChatSession.DoesNotExist("ChatSession matching query does not exist.")
-    count, title, approval_open, decision_open = rows[0]
-    return count, bool(title), bool(approval_open or decision_open)
+    count, title, approval_open, decision_open = rows[0][:4]
+    unsettled = [row[4:] for row in rows if row[4] is not None]
+    return count, bool(title), bool(approval_open or decision_open), unsettled
 
 
 def _turn_number_update(session_id: object, count: int):
@@ -203,15 +209,36 @@ def _turn_facts_query(session_id: object) -> models.QuerySet:
             model.objects.filter(session_id=models.OuterRef("pk"), status=model.Status.PENDING)
         )
 
+    latest = models.FilteredRelation(
+        "messages",
+        condition=models.Q(messages__turn__gte=models.F("turn_count") - 1)
+        & _results_and_calls("messages__"),
+    )
     return (
         ChatSession.objects.filter(pk=session_id)
-        .annotate(approval_open=pending(Approval), decision_open=pending(PendingDecision))
-        .values_list("turn_count", "title", "approval_open", "decision_open")[:1]
+        .annotate(latest=latest)
+        .annotate(
+            approval_open=pending(Approval),
+            decision_open=pending(PendingDecision),
+            calls=_calls_of("latest__"),
+        )
+        .order_by("latest__id")
+        .values_list(
+            "turn_count",
+            "title",
+            "approval_open",
+            "decision_open",
+            "latest__id",
+            "latest__turn",
+            "latest__tool_call_id",
+            "calls",
+        )
     )
 
 
-# Every new message's turn reads the session's count, title and open pauses, then numbers the
-# turn (under the claim, so the count read still holds): both compiled once per process.
+# Every new message's turn reads the session's count, title, open pauses and latest turns'
+# results and calls, then numbers the turn (under the claim, so the count read still holds):
+# both compiled once per process.
 _TURN_FACTS = CompiledRead(
     build=_turn_facts_query,
     tail=lambda connection, session_id: [db_value(ChatSession, "id", session_id, connection)],
@@ -392,7 +419,11 @@ def _turns_unsettled(session_id: object) -> int:
 
 
 def history_repair(
-    *, session_id: object, turn_count: int | None = None, pauses_open: bool = True
+    *,
+    session_id: object,
+    turn_count: int | None = None,
+    pauses_open: bool = True,
+    unsettled: list[tuple[int, int, str, Any]] | None = None,
 ) -> int:
     """Give every call that has no result (a crash, an error mid-step) its result.
 
@@ -401,7 +432,9 @@ def history_repair(
     valid to send. Only the latest turns can hold such calls (`_turns_unsettled`), so only they
     are read: a repair at every turn's start and end must not cost the session's length.
     `turn_count`: the session's, as the caller just read it; `pauses_open=False`: the caller
-    set every pause aside in this transaction (a new message), so none is read.
+    set every pause aside in this transaction (a new message), so none is read; `unsettled`:
+    the latest turns' results and calls as the caller read them with that count
+    (`session_turn_facts`) with nothing written since, so they are not read again.
     """
     since = _turns_unsettled(session_id) if turn_count is None else max(0, turn_count - 1)
     paused: set[int] = set()
@@ -417,7 +450,9 @@ def history_repair(
         )
     answered: set[str] = set()
     calls: list[tuple[int, int, list[dict[str, Any]]]] = []
-    for message_id, turn, call_id, tool_calls in _UNSETTLED.rows(session_id, since):
+    if unsettled is None:
+        unsettled = _UNSETTLED.rows(session_id, since)
+    for message_id, turn, call_id, tool_calls in unsettled:
         if tool_calls is None:  # a result
             answered.add(call_id)
         else:
@@ -440,20 +475,30 @@ def history_repair(
     return repaired
 
 
+def _results_and_calls(prefix: str = "") -> models.Q:
+    """Results, and assistant messages with calls (`prefix`: the relation that reaches them)."""
+    no_calls = models.Q(**{f"{prefix}tool_calls": []})
+    assistant = models.Q(**{f"{prefix}role": Message.Role.ASSISTANT})
+    return models.Q(**{f"{prefix}role": Message.Role.TOOL}) | (assistant & ~no_calls)
+
+
+def _calls_of(prefix: str = "") -> models.Case:
+    """An assistant message's calls, None for a result."""
+    return models.Case(
+        models.When(
+            **{f"{prefix}role": Message.Role.ASSISTANT, "then": models.F(f"{prefix}tool_calls")}
+        ),
+        default=None,
+    )
+
+
 def _unsettled_query(session_id: object, since: int) -> models.QuerySet:
     """The latest turns' results (their call ids) and assistant messages with calls (their
     calls: None for a result), in order."""
-    assistant = Message.Role.ASSISTANT
     return (
         Message.objects.filter(session_id=session_id, turn__gte=since)
-        .filter(
-            models.Q(role=Message.Role.TOOL) | (models.Q(role=assistant) & ~models.Q(tool_calls=[]))
-        )
-        .annotate(
-            calls=models.Case(
-                models.When(role=assistant, then=models.F("tool_calls")), default=None
-            )
-        )
+        .filter(_results_and_calls())
+        .annotate(calls=_calls_of())
         .order_by("id")
         .values_list("id", "turn", "tool_call_id", "calls")
     )

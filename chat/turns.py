@@ -244,13 +244,17 @@ def _contexts_checked(contexts: Any) -> list[wire.DataContext]:
 def _prepare_message(*, session_id: Any, user: Any, request: NewMessage) -> PreparedTurn:
     """Set the pauses aside, repair, number the turn (only once the repair went through,
     engine invariant 1) and store the message, with one read of the session for its count,
-    title and open pauses (`pauses_set_aside` runs only when one is open). Under the claim
+    title, open pauses and latest turns' calls and results (`pauses_set_aside` runs only when
+    one is open; the repair then reads them again). Under the claim
     nothing else writes either, so the repair reads no pause (all were set aside just now)
     and the numbering is one conditional update."""
-    count, titled, paused = services.session_turn_facts(session_id=session_id)
+    count, titled, paused, unsettled = services.session_turn_facts(session_id=session_id)
     if paused:
         approvals.pauses_set_aside(session_id=session_id)
-    services.history_repair(session_id=session_id, turn_count=count, pauses_open=False)
+        unsettled = None  # the results it stored are read with the rest
+    services.history_repair(
+        session_id=session_id, turn_count=count, pauses_open=False, unsettled=unsettled
+    )
     turn = services.turn_begin(session_id=session_id, count=count)
     message = services.message_store(
         session_id=session_id,

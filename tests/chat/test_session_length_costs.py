@@ -93,6 +93,39 @@ def test_the_repair_reads_the_latest_turns_only_and_still_repairs_them():
     assert stored_history_is_valid(session.pk)
 
 
+def test_a_new_messages_facts_read_gives_the_repair_the_latest_turns_in_its_own_statement(
+    monkeypatch,
+):
+    """A new message reads the session's count, title and open pauses, and with them the
+    latest turns' results and calls: the repair takes those (no statement of its own) and
+    still repairs only what is left without a result; a session with no message yet gives
+    none."""
+    session = long_session(300)
+    Message.objects.create(
+        session=session,
+        turn=300,
+        role="assistant",
+        tool_calls=[{"id": "lost", "name": "measure", "arguments": "{}"}],
+    )
+    services.session_turn_facts(session_id=session.pk)  # compiled by the first read
+    with monkeypatch.context() as patched:
+        costs = Costs(patched)
+        count, titled, paused, unsettled = services.session_turn_facts(session_id=session.pk)
+        assert len(costs.statements) == 1, costs.statements
+        assert (count, titled, paused) == (300, False, False)
+        assert len(unsettled) == 5  # turns 299 and 300: two calls, their results, the lost call
+        statements = len(costs.statements)
+        repaired = services.history_repair(
+            session_id=session.pk, turn_count=count, pauses_open=False, unsettled=unsettled
+        )
+        assert repaired == 1
+        repair = costs.statements[statements:]
+        assert not [sql for sql in repair if sql.startswith("SELECT")], repair  # writes only
+    assert stored_history_is_valid(session.pk)
+    empty = ChatSession.objects.create(user=session.user)
+    assert services.session_turn_facts(session_id=empty.pk) == (0, False, False, [])
+
+
 def test_fresh_call_ids_read_the_ids_like_the_new_ones_not_every_earlier_call():
     session = long_session(300)
     calls = [{"id": "call-7", "name": "measure", "arguments": "{}"}]
