@@ -43,7 +43,9 @@ class TurnProgress:
     back): the events in order, consecutive text deltas as one, and `seq`, the number of the
     last event (the socket's live events carry theirs, so the page skips what it has).
 
-    Kept per event at O(1): streamed text is gathered in a list and joined when read.
+    Kept per event at O(1): streamed text is gathered in a list and joined when read. The
+    sink adds each event in its own frame (`EventSink.emit`: a method here was a Python call
+    an event on the loop, issue 15).
     """
 
     turn: int | None = None
@@ -52,19 +54,7 @@ class TurnProgress:
     text: list[str] = field(default_factory=list)
     shared_at: float = 0.0
 
-    def add(self, event: TurnEvent) -> None:
-        self.seq += 1
-        name = event.event
-        if name == "text_delta":
-            self.text.append(event.data["delta"])
-            return
-        if name == "turn_start":
-            self.turn = event.data["turn"]
-        if self.text:
-            self._flush_text()
-        self.events.append({"event": name, "data": event.data})
-
-    def _flush_text(self) -> None:
+    def text_flush(self) -> None:
         self.events.append({"event": "text_delta", "data": {"delta": "".join(self.text)}})
         self.text = []
 
@@ -167,14 +157,17 @@ class EventFeed:
 
     async def taken(self) -> list[TurnEvent]:
         """The events put since the last take, waiting for one if there are none; none when
-        `idle` seconds pass without any (a keep-alive is due)."""
+        `idle` seconds pass without any (a keep-alive is due). Taken here as `taken_now`
+        takes them, without its call (a stream takes ~5 times a turn, issue 15)."""
         if not self._events:
             self._waiter = asyncio.Future(loop=self._loop)
             try:
                 await self._waiter
             finally:
                 self._waiter = None
-        return self.taken_now()
+        events, self._events = self._events, []
+        self._taken_at = time.monotonic()
+        return events
 
     def _keepalive_due(self) -> None:
         due = self._taken_at + self._idle
@@ -219,15 +212,23 @@ class EventSink:
             except Exception:  # a broken listener must not break the turn
                 logger.exception("turn event listener failed; dropping it")
                 self.listeners.remove(listener)
-        # The session's progress in this process (dropped at `turn_end`).
-        key = self._key
+        # The session's progress in this process (dropped at `turn_end`): the events in order,
+        # streamed text gathered in a list and joined when read (`TurnProgress`).
+        key, name = self._key, event.event
         progress = _progress.get(key)
         if progress is None:
             progress = _progress[key] = TurnProgress()
-        progress.add(event)
-        if event.event == "turn_end":
-            del _progress[key]
-        seq = progress.seq
+        progress.seq = seq = progress.seq + 1
+        if name == "text_delta":
+            progress.text.append(event.data["delta"])
+        else:
+            if name == "turn_start":
+                progress.turn = event.data["turn"]
+            elif name == "turn_end":
+                del _progress[key]
+            if progress.text:
+                progress.text_flush()
+            progress.events.append({"event": name, "data": event.data})
         if self._shared:
             await _progress_share(key, event, progress)
         # The session's sockets on this loop, handed the frame directly, encoded once for all.

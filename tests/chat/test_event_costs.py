@@ -53,8 +53,9 @@ async def test_an_events_way_to_its_stream_and_socket_is_few_python_frames(calle
     in-memory layer whether anyone is left, in its own frame; the SSE frame reads the data's
     JSON the socket's frame encoded, without a call. A delta: 19 Python calls before
     (`_progress_add`, `_local_send`, `_layer_reaches_more`, `_flush_text` with no text to flush
-    and the second read of `data_json` were a call each, the first read two), 15 now, 7 of
-    them the test socket's queue (Daphne's send, in the server) and one this test's own."""
+    and the second read of `data_json` were a call each, the first read two), then 15, 14 now
+    (the progress kept in `emit`'s frame, not in `TurnProgress.add`), 7 of them the test
+    socket's queue (Daphne's send, in the server) and one this test's own."""
     ws = await tab(caller)
     streamed: list[wire.TurnEvent] = []
     sink = EventSink(session_id=caller.session.pk, listeners=[streamed.append])
@@ -73,7 +74,31 @@ async def test_an_events_way_to_its_stream_and_socket_is_few_python_frames(calle
 
     assert [f["event"] for f in frames] == ["turn_start", *["text_delta"] * 5, "turn_end"]
     assert [f["seq"] for f in frames] == list(range(1, 8))
-    assert (delta, end) == (15, 16)  # the end flushes the text streamed before it
+    assert (delta, end) == (14, 15)  # the end flushes the text streamed before it
+
+
+async def test_a_stream_takes_its_events_in_one_python_call():
+    """`EventFeed.taken` hands over what was put in its own frame (it called `taken_now`: two
+    Python calls a take, ~5 takes a turn), and waits only when nothing was put."""
+    from chat.events import EventFeed
+
+    feed = EventFeed(idle=3600)
+    events = [wire.text_delta("a"), wire.text_delta("b")]
+    for event in events:
+        feed.put(event)
+
+    taken: list[wire.TurnEvent] = []
+
+    async def take() -> None:
+        taken.extend(await feed.taken())
+
+    calls = await python_calls(take())
+    feed.put(wire.turn_end())
+    later = feed.taken_now()
+    feed.close()
+
+    assert (taken, [e.event for e in later]) == (events, ["turn_end"])
+    assert calls == 2, calls  # this test's own `take`, and `taken`
 
 
 async def _streamed(
