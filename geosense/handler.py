@@ -271,6 +271,38 @@ def response_headers_from_store(response: HttpResponseBase) -> None:
         response.items = response.headers._store.values
 
 
+# Matches made, by resolver and path, handed out again as copies (`_resolved`). How many are kept:
+# past that, they are all let go and made again as requests come.
+MATCHES_KEPT = 1024
+_matches: dict[tuple[object, str], ResolverMatch] = {}
+
+
+def _resolved(resolver, path: str) -> ResolverMatch:
+    """`resolver.resolve(path)` (Resolver404 when no URL matches), a match made before for the
+    same resolver and path handed out again as a copy of its own (its lists and dicts too, as
+    a middleware's `process_view` may change the view's arguments in place).
+
+    A turn's stream posts to a few paths (a session's) again and again, and Django's resolve
+    walked the URLconf's patterns for each request: the includes tried in order, a match and
+    a `ResolverMatch` at each level (30 Python calls a request). A match depends on the
+    resolver and the path alone (the URLconf has no locale-prefixed patterns, whose match
+    would depend on the language: tests/test_handler.py); a changed URLconf is a resolver of
+    its own (Django's `clear_url_caches`), so an old match is never handed out for it."""
+    match = _matches.get((resolver, path))
+    if match is None:
+        match = resolver.resolve(path)
+        if len(_matches) >= MATCHES_KEPT:
+            _matches.clear()
+        _matches[resolver, path] = match
+    copy = object.__new__(type(match))
+    state = copy.__dict__
+    state.update(match.__dict__)
+    for name, value in state.items():
+        if type(value) is dict or type(value) is list:
+            state[name] = value.copy()
+    return copy
+
+
 def request_resolved(request: HttpRequest) -> ResolverMatch | None:
     """The request's view, as Django's `resolve_request` finds it, for a middleware that must
     know it before the handler resolves it (the bearer token's trip makes the view's first read,
@@ -278,7 +310,7 @@ def request_resolved(request: HttpRequest) -> ResolverMatch | None:
     instead of resolving the same path again."""
     urlconf = getattr(request, "urlconf", None)
     try:
-        match = get_resolver(urlconf).resolve(request.path_info)
+        match = _resolved(get_resolver(urlconf), request.path_info)
     except Resolver404:
         return None
     request._resolved = (request.path_info, urlconf, match)

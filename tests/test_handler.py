@@ -743,6 +743,90 @@ async def test_a_turns_stream_is_resolved_without_trying_other_urls_first():
         assert python_calls_of(resolver.resolve, path) <= 35
 
 
+def _request_to(path: str) -> HttpRequest:
+    request = HttpRequest()
+    request.path = request.path_info = path
+    return request
+
+
+_MATCH_FIELDS = (
+    "func", "args", "kwargs", "url_name", "app_names", "namespaces", "route", "tried",
+    "captured_kwargs", "extra_kwargs", "app_name", "namespace", "view_name", "_func_path",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/api/sessions/{uuid.UUID(int=1)}/message/stream",
+        "/api/sessions",
+        f"/api/sessions/{uuid.UUID(int=1)}/artifacts/a1",
+        "/chat/",
+        "/admin/auth/user/",
+        "/accounts/login/",
+    ],
+)
+async def test_a_requests_view_is_the_match_djangos_resolve_makes_each_time(path):
+    """A path's match is made once and handed out again, to each request a copy of its own:
+    the same as Django's resolve makes for the path, however often asked, and a view's
+    arguments changed in place for one request are not the next one's."""
+    djangos = get_resolver().resolve(path)
+    for _ in range(3):
+        request = _request_to(path)
+        match = handler_module.request_resolved(request)
+        assert type(match) is type(djangos)
+        assert {f: getattr(match, f) for f in _MATCH_FIELDS} == {
+            f: getattr(djangos, f) for f in _MATCH_FIELDS
+        }
+        assert request._resolved == (path, None, match)
+        match.kwargs["changed"] = True
+        match.app_names.append("changed")
+
+
+async def test_a_path_no_url_matches_is_not_kept():
+    handler_module._matches.clear()
+    assert handler_module.request_resolved(_request_to("/nowhere/at/all")) is None
+    assert handler_module._matches == {}
+
+
+async def test_the_matches_kept_are_bounded_and_a_new_urlconf_gets_its_own(monkeypatch, settings):
+    monkeypatch.setattr(handler_module, "MATCHES_KEPT", 3)
+    handler_module._matches.clear()
+    paths = [f"/api/sessions/{uuid.UUID(int=n)}/stop" for n in range(4)]
+    for path in paths:
+        handler_module.request_resolved(_request_to(path))
+    assert len(handler_module._matches) == 1  # let go at 3, then the fourth made
+
+    settings.ROOT_URLCONF = "geosense.accounts.urls"  # Django clears its URL caches
+    assert handler_module.request_resolved(_request_to(paths[-1])) is None
+
+
+async def test_the_urlconf_has_no_locale_prefixed_patterns():
+    """A match is kept by resolver and path: a locale-prefixed pattern's would depend on the
+    language too."""
+    from django.urls import URLResolver
+    from django.urls.resolvers import LocalePrefixPattern
+
+    def patterns(resolver):
+        for pattern in resolver.url_patterns:
+            if isinstance(pattern, URLResolver):
+                assert not isinstance(pattern.pattern, LocalePrefixPattern)
+                yield pattern
+                yield from patterns(pattern)
+
+    assert list(patterns(get_resolver())) != []
+
+
+async def test_a_turns_stream_is_resolved_again_in_few_python_calls():
+    """Django's resolve of a turn's stream walked the URLconf's patterns for each request (the
+    includes tried, a match and a `ResolverMatch` at each level): 33 Python calls with the
+    resolver's lookup; a path's match is made once and copied for the next requests."""
+    path = f"/api/sessions/{uuid.uuid4()}/message/stream"
+    handler_module.request_resolved(_request_to(path))
+
+    assert python_calls_of(handler_module.request_resolved, _request_to(path)) <= 4
+
+
 @pytest.mark.parametrize(
     "root_path, prefix, storages", [("", "/", 0), ("/app", "/app/", 1)], ids=["root", "under"]
 )
