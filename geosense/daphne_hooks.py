@@ -36,6 +36,11 @@ Connections:
   log nowhere (`lambda _: None`), and keeps an access log of its own (`--access-log`). At that
   verbosity the factory now keeps no access-log file (Twisted's `log` skips the line, as it
   does for a factory without one); at a higher verbosity the line goes on as before.
+- Twisted's asyncio reactor calls every read and write event of a connection (a request's
+  bytes, a socket's frame, a close) through `log.callWithLogger`, which pushes a log context
+  naming the connection (`logPrefix`) for the call through Twisted's context tracker: ~8
+  Python calls an event, for Twisted's log alone. Where Daphne sends that log nowhere
+  (verbosity ≤ 1) the events are called without it.
 - Daphne listens through Twisted's endpoint strings (`-b HOST -p PORT` becomes
   `tcp:port=PORT:interface=HOST`), whose listen backlog is 50: a burst of connections beyond
   what the loop has accepted so far (200 users' turns ending together, each posting its next
@@ -99,6 +104,8 @@ from daphne.http_protocol import logger as daphne_logger
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketProtocol
 from daphne.ws_protocol import logger as daphne_socket_logger
+from twisted.internet import asyncioreactor
+from twisted.python import log
 from twisted.web import http_headers
 from twisted.web.http import HTTPChannel, Request
 
@@ -283,14 +290,32 @@ def _without_form_parsing(init):
     return init_without_form_parsing
 
 
+def _called_without_log_context(logger, func, *args, **kw):
+    """Twisted's `log.callWithLogger`, which the asyncio reactor wraps around every read and
+    write event of a connection (`add_reader`, `add_writer`), without the log context it sets
+    for the call (`{"system": logger.logPrefix()}`, a copy of the current one, pushed and
+    popped through Twisted's context tracker: ~8 Python calls an event), which only Twisted's
+    log reads. A failure is swallowed and logged to Twisted's log, as there."""
+    try:
+        return func(*args, **kw)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        log.err()
+
+
 def _access_line_only_if_kept(start_factory):
-    """`daphne.http_protocol.HTTPFactory.startFactory`, without Twisted's access-log file when
-    Daphne sends Twisted's log nowhere (its `Server.run`, verbosity ≤ 1)."""
+    """`daphne.http_protocol.HTTPFactory.startFactory`, without Twisted's access-log file and
+    the log context of each read and write event (`_called_without_log_context`) when Daphne
+    sends Twisted's log nowhere (its `Server.run`, verbosity ≤ 1). (The factory starts as its
+    port starts listening, before the port's first event.)"""
 
     def start_factory_quiet(self) -> None:
         start_factory(self)
-        if self.server.verbosity <= 1:
+        quiet = self.server.verbosity <= 1
+        if quiet:
             self._logFile = None
+        asyncioreactor.callWithLogger = _called_without_log_context if quiet else log.callWithLogger
 
     start_factory_quiet.access_line_only_if_kept = True
     return start_factory_quiet

@@ -13,7 +13,8 @@ import pytest
 from daphne.http_protocol import WebRequest
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketProtocol
-from twisted.internet import abstract, tcp
+from twisted.internet import abstract, asyncioreactor, tcp
+from twisted.python import log
 from twisted.web import http, http_headers
 from twisted.web.http_headers import Headers, InvalidHeaderName
 
@@ -72,6 +73,9 @@ ASSUMED_SOURCES = {
     "Request.write": "0e547d4f76bd1472",
     "HTTPChannel.writeSequence": "06492eb61e8f8b80",  # a chunk's pieces, one transport write
     "toChunk": "f326a3bed37a6be6",
+    "log.callWithLogger": "802f8564bca3531f",
+    "AsyncioSelectorReactor.addReader": "61b77f35b35cd2e5",
+    "AsyncioSelectorReactor.addWriter": "dd13a0098bb09d36",
     "WebSocketProtocol.__eq__": "9717acc71a5a476e",  # by identity: hashing by identity agrees
     "WebSocketProtocol.handle_reply": "5331423b1cf2016a",
     "WebSocketProtocol.serverSend": "345f21330d2a18ce",
@@ -116,6 +120,9 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "Request.write": http.Request.write,
         "HTTPChannel.writeSequence": http.HTTPChannel.writeSequence,
         "toChunk": http.toChunk,
+        "log.callWithLogger": log.callWithLogger,
+        "AsyncioSelectorReactor.addReader": asyncioreactor.AsyncioSelectorReactor.addReader,
+        "AsyncioSelectorReactor.addWriter": asyncioreactor.AsyncioSelectorReactor.addWriter,
         "WebSocketProtocol.__eq__": WebSocketProtocol.__eq__,
         "WebSocketProtocol.handle_reply": WebSocketProtocol.handle_reply,
         "WebSocketProtocol.serverSend": WebSocketProtocol.serverSend,
@@ -686,3 +693,61 @@ def test_autobahns_timings_still_read_as_text():
     timings = Timings()
     timings.track("open")
     assert isinstance(str(timings), str) and "open" in str(timings)
+
+
+@pytest.mark.parametrize("verbosity", [1, 2])
+def test_a_connections_events_are_called_without_a_log_context_where_twisteds_log_goes_nowhere(
+    monkeypatch, verbosity
+):
+    """The asyncio reactor called every read and write event of a connection through Twisted's
+    `log.callWithLogger`, which pushed a log context naming the connection for the call: ~8
+    Python calls an event (2-3 a turn) for Twisted's log, which at Daphne's default
+    verbosity goes nowhere; there the event is called directly. A higher verbosity keeps it."""
+    from daphne.http_protocol import HTTPFactory
+
+    monkeypatch.setattr(asyncioreactor, "callWithLogger", log.callWithLogger)
+    server = Channel.factory.server
+    monkeypatch.setattr(server, "verbosity", verbosity, raising=False)
+    factory = HTTPFactory(server)
+    factory.startFactory()
+    factory.stopFactory()
+
+    class Connection:
+        def logPrefix(self):
+            return "HTTPChannel,7,127.0.0.1"
+
+    read: list = []
+    connection = Connection()
+    event = asyncioreactor.callWithLogger
+
+    calls = functions_called(
+        lambda: event(connection, read.append, connection),
+        where=("/twisted/", "geosense/daphne_hooks.py"),
+    )
+    event(connection, lambda: read.append(log.context.get(log.ILogContext)["system"]))
+
+    assert read[0] is connection
+    if verbosity == 1:
+        assert calls == ["_called_without_log_context"]
+        assert read[1] == "-"  # the process's own context
+    else:
+        assert event is log.callWithLogger and len(calls) >= 8
+        assert read[1] == "HTTPChannel,7,127.0.0.1"
+
+
+def test_an_events_failure_is_swallowed_and_logged_as_twisted_does(monkeypatch):
+    from geosense.daphne_hooks import _called_without_log_context
+
+    logged = []
+    monkeypatch.setattr(log, "err", lambda *args, **kwargs: logged.append(args))
+
+    def fails():
+        raise RuntimeError("boom")
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    assert _called_without_log_context(None, fails) is None
+    assert len(logged) == 1
+    with pytest.raises(KeyboardInterrupt):
+        _called_without_log_context(None, interrupted)
