@@ -41,7 +41,8 @@ from collections.abc import Callable
 from types import FunctionType
 from typing import Any
 
-from asgiref.sync import SyncToAsync, _restore_context
+from asgiref.local import _Storage
+from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 
@@ -305,7 +306,7 @@ class _Trip:
         except asyncio.CancelledError:
             return await _cancelled(self.pool, call, ended, task_context, loop)
         finally:
-            _restore_context(context)
+            _context_restore(context)
 
     def _run(
         self,
@@ -355,8 +356,38 @@ class _Trip:
             connections_tidy(busy=pool.keep_idle or (pool.single and pool.queued > 0), trip=trip)
 
     def _in_context(self, context: contextvars.Context, args: tuple, kwargs: dict) -> Any:
-        _restore_context(context)  # asgiref `Local`s set on the loop, moved to this thread
+        _context_restore(context)  # asgiref `Local`s set on the loop, moved to this thread
         return self.function(*args, **kwargs)
+
+
+_UNSET = object()  # a variable not set in the current context
+
+
+def _context_restore(context: contextvars.Context) -> None:
+    """asgiref's `_restore_context` (what `SyncToAsync` does on both sides of a call): each
+    variable of `context` set in the current one, an asgiref `Local`'s storage moved to this
+    thread (its data, tagged with the thread that may read it), without the two Python calls
+    asgiref makes for each `Local` (`_rehome` and the storage's `__init__`): a turn's
+    context holds four, moved on both sides of each of its ~6 trips (~96 Python calls a turn
+    of the database thread and the loop, under the one GIL; issue 15).
+    A storage already this thread's with the same data (a `Local` the call did not set, back
+    on the loop) is left as it is: it reads the same."""
+    thread = threading.get_ident()
+    for cvar, value in context.items():
+        if isinstance(value, _Storage):
+            current = cvar.get(None)
+            if (
+                isinstance(current, _Storage)
+                and current.data is value.data
+                and current.thread_id == thread
+            ):
+                continue
+            moved = object.__new__(_Storage)  # its slots set here: no Python `__init__` call
+            moved.thread_id = thread
+            moved.data = value.data
+            value = moved
+        if cvar.get(_UNSET) is not value:
+            cvar.set(value)
 
 
 def _hand_over(

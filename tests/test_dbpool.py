@@ -286,6 +286,58 @@ async def test_a_trip_shares_the_callers_context_both_ways():
     assert _seen.get() == "pool"
 
 
+_locals = [Local() for _ in range(20)]
+
+
+def _locals_read_and_one_set() -> list[str]:
+    found = [local.value for local in _locals]
+    _locals[0].value = "pool"
+    return found
+
+
+async def test_a_trip_moves_its_callers_locals_without_a_python_call_each():
+    """asgiref's `_restore_context` made two Python calls for each `Local` of the context, on
+    both sides of every trip (a turn's context holds four, ~6 trips a turn). The trip's own
+    move makes none, and a `Local` is read and set across it as with asgiref: what the call
+    set is the caller's after, what it did not set reads as before. Counted on a loop and in a
+    context of their own, on the loop's thread and in the pool's."""
+    trip = dbpool.in_db_thread(_locals_read_and_one_set)
+    profile = dbpool.in_db_thread(sys.setprofile)
+
+    async def counted() -> tuple[int, int]:
+        for number, local in enumerate(_locals):
+            local.value = f"loop {number}"
+        await trip()  # the pool's thread started
+        for number, local in enumerate(_locals):
+            local.value = f"loop {number}"
+        await dbpool.in_db_thread(_answer)(0)
+        in_pool = [0]
+        on_loop = [0]
+
+        def count(counter: list[int]):
+            def counting(frame, event, arg):
+                counter[0] += event == "call"
+
+            return counting
+
+        await profile(count(in_pool))
+        sys.setprofile(count(on_loop))
+        try:
+            await dbpool.in_db_thread(_answer)(1)
+        finally:
+            sys.setprofile(None)
+        await profile(None)
+        assert await trip() == [f"loop {number}" for number in range(20)]
+        assert [local.value for local in _locals] == ["pool"] + [f"loop {n}" for n in range(1, 20)]
+        return in_pool[0], on_loop[0]
+
+    in_pool, on_loop = await asyncio.to_thread(contextvars.Context().run, asyncio.run, counted())
+    # 40 more each (two a `Local`) through asgiref's `_restore_context`: 113 and 71 (the pool's
+    # count holds the ends of the trips that set and unset its profile).
+    assert in_pool < 50, in_pool
+    assert on_loop < 37, on_loop
+
+
 async def test_a_failing_call_raises_in_the_caller_within_the_callers_exception():
     def fail() -> None:
         raise KeyError(sys.exc_info()[0].__name__)
