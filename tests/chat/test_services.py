@@ -28,3 +28,25 @@ def test_a_second_result_for_a_call_is_never_written_and_the_first_is_returned()
         Message.objects.create(session=session, turn=1, role="note", content="still writes")
     stored = Message.objects.filter(session=session).order_by("id")
     assert [(m.role, m.content) for m in stored] == [("tool", "first"), ("note", "still writes")]
+
+
+def test_a_sessions_first_message_titles_it_with_an_update_compiled_once(monkeypatch):
+    """Every new session's first turn titles it from its message (a bench's level starts with
+    every user's at once): the update is compiled once per process, as the ORM would write it
+    (a NUL made U+FFFD), and only an untitled session takes it."""
+    from geosense.fields import nul_free
+    from tests.chat.costs import Costs
+
+    user = get_user_model().objects.create_user("titles")
+    first, second = (ChatSession.objects.create(user=user) for _ in range(2))
+    kept = ChatSession.objects.create(user=user, title="Kept")
+    services.message_store(session_id=first.pk, turn=1, role="user", content="hi", titled=False)
+    with monkeypatch.context() as patched:
+        costs = Costs(patched)
+        services.message_store(
+            session_id=second.pk, turn=1, role="user", content="Where\x00 is  it?", titled=False
+        )
+        services.message_store(session_id=kept.pk, turn=1, role="user", content="no", titled=False)
+    assert costs.compiled == 0, costs.compiled
+    assert ChatSession.objects.get(pk=second.pk).title == nul_free("Where\x00 is it?")
+    assert ChatSession.objects.get(pk=kept.pk).title == "Kept"
