@@ -10,6 +10,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 import pytest
+from autobahn.websocket.protocol import WebSocketProtocol as AutobahnProtocol
 from daphne.http_protocol import WebRequest
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketProtocol
@@ -74,6 +75,9 @@ ASSUMED_SOURCES = {
     "HTTPChannel.writeSequence": "06492eb61e8f8b80",  # a chunk's pieces, one transport write
     "toChunk": "f326a3bed37a6be6",
     "log.callWithLogger": "802f8564bca3531f",
+    "autobahn sendMessage": "048d6bcf0d712309",  # a text frame made as these make it
+    "autobahn sendFrame": "89cc8b024c413aa0",
+    "autobahn sendData": "5dcca425b048b07e",
     "AsyncioSelectorReactor.addReader": "61b77f35b35cd2e5",
     "AsyncioSelectorReactor.addWriter": "dd13a0098bb09d36",
     "WebSocketProtocol.__eq__": "9717acc71a5a476e",  # by identity: hashing by identity agrees
@@ -121,6 +125,9 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "HTTPChannel.writeSequence": http.HTTPChannel.writeSequence,
         "toChunk": http.toChunk,
         "log.callWithLogger": log.callWithLogger,
+        "autobahn sendMessage": AutobahnProtocol.sendMessage,
+        "autobahn sendFrame": AutobahnProtocol.sendFrame,
+        "autobahn sendData": AutobahnProtocol.sendData,
         "AsyncioSelectorReactor.addReader": asyncioreactor.AsyncioSelectorReactor.addReader,
         "AsyncioSelectorReactor.addWriter": asyncioreactor.AsyncioSelectorReactor.addWriter,
         "WebSocketProtocol.__eq__": WebSocketProtocol.__eq__,
@@ -751,3 +758,64 @@ def test_an_events_failure_is_swallowed_and_logged_as_twisted_does(monkeypatch):
     assert len(logged) == 1
     with pytest.raises(KeyboardInterrupt):
         _called_without_log_context(None, interrupted)
+
+
+def _daphne_socket_opened():
+    """Daphne's socket protocol in the state of an autobahn server socket whose handshake is
+    done, over an in-memory transport; and its server."""
+    opened, transport = socket_opened()
+    socket = WebSocketProtocol.__new__(WebSocketProtocol)
+    socket.__dict__.update(opened.__dict__)
+    socket.client_addr = ["127.0.0.1", 50000]
+    server = Server.__new__(Server)
+    server.connections = {socket: {}}
+    return server, socket, transport
+
+
+TEXTS = ["x", "a" * 125, "a" * 126, "é" * 40_000, "a" * 65_535, "a" * 65_536, "b" * 70_000]
+
+
+@pytest.mark.parametrize("text", TEXTS, ids=lambda text: str(len(text.encode())))
+@pytest.mark.parametrize("option", [None, "autoFragmentSize", "maxMessagePayloadSize"])
+def test_a_sockets_text_frame_is_the_frame_autobahn_makes(text, option):
+    """The bytes on the connection and autobahn's traffic counts are those of autobahn's
+    `sendMessage`, for every length class of the frame's header; with an option that changes
+    the frame (fragments, a payload limit) autobahn's own send runs."""
+    server, socket, transport = _daphne_socket_opened()
+    theirs, their_transport = socket_opened()
+    for protocol in (socket, theirs):
+        if option:
+            setattr(protocol, option, 1000)
+    before = transport.value()
+    their_before = their_transport.value()
+    outcomes = []
+    for send in (
+        lambda: _send(server, socket, {"type": "websocket.send", "text": text}),
+        lambda: theirs.sendMessage(text.encode(), False),
+    ):
+        try:
+            send()
+            outcomes.append(None)
+        except Exception as exc:
+            outcomes.append(type(exc))
+
+    assert outcomes[0] == outcomes[1]
+    assert transport.value()[len(before) :] == their_transport.value()[len(their_before) :]
+    assert vars(socket.trafficStats) == vars(theirs.trafficStats)
+
+
+def test_a_sockets_text_frame_is_written_without_autobahns_three_sends():
+    """autobahn's `sendMessage`, `sendFrame`, `sendData` and its debug line's logger (txaio's
+    `__get__` and a no-op) ran for every frame a socket's consumer sent (each turn event, each
+    client tool's invoke): 5 Python calls between the hook and the connection's write."""
+    server, socket, transport = _daphne_socket_opened()
+    frame = {"type": "websocket.send", "text": '{"type": "event"}'}
+    _send(server, socket, frame)  # logging's level cache filled
+
+    calls = functions_called(
+        lambda: _send(server, socket, frame),
+        where=("/daphne/", "/autobahn/", "/txaio/", "/logging/", "geosense/daphne_hooks.py"),
+    )
+
+    assert transport.value().endswith(b'\x81\x11{"type": "event"}' * 2)
+    assert calls == ["handle_reply", "isEnabledFor"]
