@@ -55,6 +55,8 @@ from django.urls import (
 )
 from django.utils.log import log_response
 
+from geosense.headers import ANSWER_HEADERS, headers_added
+
 # Django's middleware (its `MIDDLEWARE` name) → its async-native twin (geosense/middleware.py).
 ASYNC_TWINS: dict[str, str] = {
     "django.middleware.security.SecurityMiddleware": "geosense.middleware.SecurityMiddleware",
@@ -261,14 +263,31 @@ def _default_urlconf_set() -> None:
         set_urlconf(settings.ROOT_URLCONF)
 
 
-def response_headers_from_store(response: HttpResponseBase) -> None:
+def response_headers_from_store(response: HttpResponseBase, added: tuple = ()) -> bool:
     """Have Django's `send_response` read the answer's headers from their store, where they are
     kept as the pairs it sends, in order: it reads them through `response.items()`,
     `Mapping`'s view over `ResponseHeaders` (its iterator, a generator step and a `__getitem__`
     a header: ~25 Python calls an answer). Set on the response for its sending only (the
-    handler takes it off after), and only where `items` and the headers are Django's own."""
-    if type(response).items is HttpResponseBase.items and type(response.headers) is ResponseHeaders:
-        response.items = response.headers._store.values
+    handler takes it off after), and only where `items` and the headers are Django's own
+    (whether they are is returned). `added` (store pairs: the security headers' ASGI
+    middleware's, geosense/headers.py) are set first, each unless the answer has its name."""
+    if type(response).items is not HttpResponseBase.items:
+        return False
+    headers = response.headers
+    if type(headers) is not ResponseHeaders:
+        return False
+    store = headers._store
+    for key, pair in added:
+        if key not in store:
+            store[key] = pair
+    response.items = store.values
+    return True
+
+
+def _headers_sent(send: Callable, added: tuple) -> Callable:
+    """`send`, adding `added` (store pairs) to an answer whose headers are not in Django's
+    store (`response_headers_from_store` said no) as the security headers' middleware does."""
+    return headers_added(send, [(n.encode("latin-1"), v.encode("latin-1")) for _, (n, v) in added])
 
 
 # Matches made, by resolver and path, handed out again as copies (`_resolved`). How many are kept:
@@ -364,7 +383,12 @@ def _converted(get_response: Callable) -> Callable:
 
 class ASGIHandler(asgi.ASGIHandler):
     """Django's ASGI handler with per-request lanes, the async-native middleware chain and
-    Django's request signals without thread hops when only Django's own receivers listen."""
+    Django's request signals without thread hops when only Django's own receivers listen.
+
+    It adds the headers the scope names (`ANSWER_HEADERS`: the security headers' ASGI
+    middleware's, geosense/headers.py) to each answer's headers before sending it."""
+
+    takes_answer_headers = True
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -381,16 +405,21 @@ class ASGIHandler(asgi.ASGIHandler):
             return
         _script_prefix_set(asgi.get_script_prefix(scope))
         await _signal_send(signals.request_started, self.__class__, scope=scope)
+        added = scope.get(ANSWER_HEADERS, ())
         request, error_response = self.create_request(scope, body_file)
         if request is None:
             body_file.close()
+            if not response_headers_from_store(error_response, added) and added:
+                send = _headers_sent(send, added)
             await self.send_response(error_response, send)
+            error_response.__dict__.pop("items", None)
             await _response_close(error_response)
             return
 
         async def process_request(request, send):
             response = await self.run_get_response(request)
-            response_headers_from_store(response)
+            if not response_headers_from_store(response, added) and added:
+                send = _headers_sent(send, added)
             try:
                 await self.send_response(response, send)
             except asyncio.CancelledError:

@@ -5,9 +5,15 @@ a production proxy serve them), so the Content-Security-Policy is added here, ar
 ASGI HTTP application: one place, one policy (`settings.GEOSENSE_CSP`).
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from django.conf import settings
+from django.http.response import ResponseHeaders
+
+# The scope's key under which an application that adds the headers itself (one whose
+# `takes_answer_headers` is true: GeoSense's Django handler, geosense/handler.py) finds them, as a
+# Django `ResponseHeaders` store holds them (lower-case name → (name, value)).
+ANSWER_HEADERS = "geosense.answer_headers"
 
 
 def csp_header(policy: Mapping[str, Sequence[str]]) -> str:
@@ -15,8 +21,27 @@ def csp_header(policy: Mapping[str, Sequence[str]]) -> str:
     return "; ".join(" ".join([name, *sources]) for name, sources in policy.items())
 
 
+def headers_added(send: Callable[[dict], Awaitable[None]], headers: list[tuple[bytes, bytes]]):
+    """`send`, each of `headers` added to an answer's start that has no header of its name."""
+
+    async def send_with_headers(message):
+        if message["type"] == "http.response.start":
+            sent = list(message.get("headers") or [])
+            present = {name.lower() for name, _ in sent}
+            sent += [(n, v) for n, v in headers if n not in present]
+            message = {**message, "headers": sent}
+        await send(message)
+
+    return send_with_headers
+
+
 class SecurityHeadersMiddleware:
-    """ASGI middleware: adds the CSP (and nosniff) to every HTTP answer that has none."""
+    """ASGI middleware: adds the CSP (and nosniff) to every HTTP answer that has none.
+
+    An application that adds them itself (`takes_answer_headers`: GeoSense's Django handler,
+    which sets them in each answer's headers before sending it) gets them in the scope
+    (`ANSWER_HEADERS`) and the `send` as it is: wrapped, `send` was a Python call more for each
+    message of an answer, a stream's every chunk."""
 
     def __init__(self, application) -> None:
         self.application = application
@@ -24,17 +49,16 @@ class SecurityHeadersMiddleware:
             (b"content-security-policy", csp_header(settings.GEOSENSE_CSP).encode()),
             (b"x-content-type-options", b"nosniff"),
         ]
+        self.stored = None
+        if getattr(application, "takes_answer_headers", False):
+            made = ResponseHeaders(
+                {n.decode("latin-1"): v.decode("latin-1") for n, v in self.headers}
+            )
+            self.stored = tuple(made._store.items())
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.application(scope, receive, send)
-
-        async def send_with_headers(message):
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers") or [])
-                present = {name.lower() for name, _ in headers}
-                headers += [(n, v) for n, v in self.headers if n not in present]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        return await self.application(scope, receive, send_with_headers)
+        if self.stored is not None:
+            return await self.application({**scope, ANSWER_HEADERS: self.stored}, receive, send)
+        return await self.application(scope, receive, headers_added(send, self.headers))

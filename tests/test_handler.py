@@ -456,7 +456,7 @@ async def test_a_streams_chunks_go_out_without_djangos_wrapping_generators(held_
         sys.setprofile(None)
     await app.wait(5)
 
-    assert calls == []
+    assert calls == [], calls
 
 
 async def test_a_receiver_of_the_apps_own_hears_each_request_begin_and_end_in_a_thread():
@@ -982,3 +982,72 @@ async def test_a_client_gone_before_its_body_gets_no_answer(spooled):
 
     assert await app.receive_nothing()
     assert [file.closed for file in spooled] == [True]
+
+
+async def test_a_streams_messages_go_out_without_the_security_headers_send_wrapper(held_turns):
+    """The security headers' ASGI middleware (geosense/headers.py) wrapped `send`: a Python
+    call more for each message of every answer, a stream's every chunk. The handler sets them
+    in the answer's headers, once each."""
+    from geosense.asgi import django_asgi_app
+    from geosense.headers import SecurityHeadersMiddleware
+
+    _, token, session = await database_sync_to_async(someone)("alice")
+    app = ApplicationCommunicator(
+        SecurityHeadersMiddleware(django_asgi_app),  # as served with DEBUG off (geosense/asgi.py)
+        _scope(
+            "POST",
+            f"/api/sessions/{session.pk}/message/stream",
+            {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        ),
+    )
+    calls = []
+
+    def count(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith("geosense/headers.py"):
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(count)
+    try:
+        await app.send_input({"type": "http.request", "body": b'{"text": "hello"}'})
+        start = await app.receive_output(10)
+        assert (await app.receive_output(10))["body"] == b": ok\n\n"
+        held_turns.set()
+        await _stream_end(app)
+    finally:
+        sys.setprofile(None)
+
+    names = [name.lower() for name, _ in start["headers"]]
+    assert names.count(b"content-security-policy") == names.count(b"x-content-type-options") == 1
+    assert set(calls) == {"__call__"}  # called, and resumed once the answer ends
+
+
+@pytest.mark.parametrize(
+    "method, path, body",
+    [
+        ("GET", "/api/sessions", b""),
+        ("GET", "/nowhere", b""),
+        ("GET", "/accounts/login/", b""),
+        ("POST", "/api/sessions", b"x" * 3_000_000),  # past the body limit: Django's 400
+    ],
+)
+async def test_the_security_headers_are_those_the_middlewares_send_wrapper_adds(method, path, body):
+    """The headers the handler sets from the scope are those the middleware's wrapped `send`
+    adds to the same answer (an application that does not take them)."""
+    from geosense.asgi import django_asgi_app
+    from geosense.headers import SecurityHeadersMiddleware
+
+    async def not_taking(scope, receive, send):
+        return await django_asgi_app(scope, receive, send)
+
+    answers = []
+    for app in (SecurityHeadersMiddleware(django_asgi_app), SecurityHeadersMiddleware(not_taking)):
+        communicator = ApplicationCommunicator(app, _scope(method, path, {}))
+        await communicator.send_input({"type": "http.request", "body": body})
+        start = await communicator.receive_output(10)
+        while (await communicator.receive_output(10)).get("more_body"):
+            pass
+        headers = [(n, b"" if n == b"Set-Cookie" else v) for n, v in start["headers"]]
+        answers.append((start["status"], sorted(headers)))  # a new CSRF token each time
+
+    assert answers[0] == answers[1]
+    assert b"content-security-policy" in dict(answers[0][1])
