@@ -194,14 +194,31 @@ _CONTEXT_ONLY = frozenset({close_caches, reset_urlconf})
 _DJANGOS_OWN = _LANES_DO_THEIRS | _CONTEXT_ONLY
 
 
-def _sync_receivers_known(signal: Signal, sender: type) -> list[Callable] | None:
+# `_sync_receivers_known`'s answers, by signal and sender, with the signal's receivers they were
+# read from.
+_receivers_read: dict[tuple[Signal, type], tuple[list, tuple[Callable, ...] | None]] = {}
+
+
+def _sync_receivers_known(signal: Signal, sender: type) -> tuple[Callable, ...] | None:
     """The signal's receivers to run on the loop, if every receiver is one of Django's above;
     None if any other is connected (or any async one). (Set operations and `filter`, not a
-    generator step a receiver: twice a request.)"""
+    generator step a receiver: twice a request.)
+
+    Read again only when the signal's receivers changed since the last read for the sender (a
+    receiver connected, disconnected or gone: Django's `receivers` list then differs, or its
+    dead ones wait to be cleared): Django's `_live_receivers` read them for each request, three
+    Python calls a signal."""
+    read = _receivers_read.get((signal, sender))
+    if read is not None and not signal._dead_receivers and read[0] == signal.receivers:
+        return read[1]
+    receivers = list(signal.receivers)  # before the read: a change meanwhile is read next time
     sync_receivers, async_receivers = signal._live_receivers(sender)
     if async_receivers or not _DJANGOS_OWN.issuperset(sync_receivers):
-        return None
-    return list(filter(_CONTEXT_ONLY.__contains__, sync_receivers))
+        known = None
+    else:
+        known = tuple(filter(_CONTEXT_ONLY.__contains__, sync_receivers))
+    _receivers_read[signal, sender] = (receivers, known)
+    return known
 
 
 async def _signal_send(signal: Signal, sender: type, **named: Any) -> None:

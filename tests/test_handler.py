@@ -500,6 +500,38 @@ async def test_djangos_own_receivers_are_told_apart_without_a_python_step_each()
     assert "<genexpr>" not in steps and "<listcomp>" not in steps
 
 
+async def test_djangos_own_receivers_are_read_again_only_when_the_signals_receivers_change():
+    """Django's `_live_receivers` read a signal's receivers for every request, three Python
+    calls a signal, twice a request; they are read again when a receiver is connected,
+    disconnected or gone."""
+    from django.core.handlers.base import reset_urlconf
+
+    sender = handler_module.ASGIHandler
+    signal = request_finished
+    djangos = handler_module._sync_receivers_known(signal, sender)
+    assert python_calls_of(handler_module._sync_receivers_known, signal, sender) == 1
+    assert reset_urlconf in djangos
+
+    def other(**kwargs):
+        pass
+
+    signal.connect(other)
+    assert handler_module._sync_receivers_known(signal, sender) is None
+    signal.disconnect(other)
+    assert handler_module._sync_receivers_known(signal, sender) == djangos
+
+    class Listener:
+        def heard(self, **kwargs):
+            pass
+
+    listener = Listener()
+    signal.connect(listener.heard)  # held weakly
+    assert handler_module._sync_receivers_known(signal, sender) is None
+    del listener
+    gc.collect()
+    assert handler_module._sync_receivers_known(signal, sender) == djangos
+
+
 async def test_a_cookie_session_streams_with_its_csrf_token_and_is_refused_without(held_turns):
     _, _, session = await database_sync_to_async(someone)("alice")
     browser = Browser()
