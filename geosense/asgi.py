@@ -40,8 +40,10 @@ process_start()
 # the life of the process, past CONN_MAX_AGE = 0.
 connections.close_all()
 
-from geosense.dbpool import sqlite_wal_keep  # noqa: E402
+from geosense.sqlite_wal import sqlite_wal_keep  # noqa: E402
 
+# With SQLite, a connection that keeps the WAL from being deleted, and a thread that writes it
+# to disk as it grows, so that a checkpoint's fsync does not stall the turns (sqlite_wal.py).
 sqlite_wal_keep()
 
 from django.urls import get_resolver  # noqa: E402

@@ -11,7 +11,7 @@ first (`work_begin`, `_Pool`): a running turn's trips pass those of the turns be
 Connections: with SQLite a pool thread keeps its connection to the file from one call to the
 next (under load, opening a connection per call was a tenth of the process's time: connect, the
 SQLite pragmas, the schema read again), for at most `KEPT_CONNECTION_SECONDS`: a file connection
-holds nothing on a server, and the process keeps one open anyway (`sqlite_wal_keep`). With a
+holds nothing on a server, and the process keeps one open anyway (geosense/sqlite_wal.py). With a
 database server, a pool of one thread keeps its connection only while other calls wait for the
 pool, and a pool of several threads (PostgreSQL's) closes after every call: a waiting call may
 start on another thread, and the thread that kept its connection for it could then stay idle
@@ -33,7 +33,6 @@ import heapq
 import itertools
 import os
 import queue
-import sqlite3
 import sys
 import threading
 import time
@@ -490,37 +489,3 @@ def in_db_thread(function: Callable) -> Callable:
     Never for code that waits on the event loop (`async_to_sync`) or on another pool call: a
     full pool would wait on itself."""
     return _on_pool(function, db_pool())
-
-
-# The connection `sqlite_wal_keep` keeps open for the life of the process.
-_wal_keeper: sqlite3.Connection | None = None
-
-
-def sqlite_wal_keep() -> None:
-    """With SQLite, keep one connection to the database file open for the process's life.
-
-    Closing the last connection to a database in WAL mode checkpoints the WAL and deletes it,
-    with fsyncs (10-40 ms a close on this machine under load). The pool closes its connection
-    whenever nothing queues behind a call, so under a light load nearly every trip closed the
-    file's last connection: until the request path stopped holding a thread (issue 15), a
-    streamed request's own thread kept a connection open for the turn's length and hid it.
-    This one reads the header once and runs nothing after: it holds no read snapshot, so it
-    never holds back a checkpoint."""
-    global _wal_keeper
-    database = settings.DATABASES["default"]
-    if _wal_keeper is not None or database["ENGINE"] != "django.db.backends.sqlite3":
-        return
-    if database["NAME"] == ":memory:" or str(database["NAME"]).startswith("file:"):
-        return
-    _wal_keeper = wal_keeper_open(str(database["NAME"]))
-
-
-def wal_keeper_open(path: str) -> sqlite3.Connection | None:
-    """A connection to the SQLite file at `path` that has read its header (so it counts as
-    open for the WAL) and holds nothing; None if there is no such file (none is created)."""
-    try:
-        keeper = sqlite3.connect(f"file:{path}?mode=rw", uri=True, check_same_thread=False)
-        keeper.execute("PRAGMA schema_version").fetchall()
-    except sqlite3.OperationalError:
-        return None
-    return keeper

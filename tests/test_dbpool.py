@@ -97,32 +97,6 @@ async def test_a_pool_of_several_threads_closes_after_every_call(monkeypatch):
     assert idle_closes == [1, 1, 1, 1]
 
 
-def _write_and_close(path) -> None:
-    import sqlite3
-
-    writer = sqlite3.connect(path, isolation_level=None)
-    writer.execute("PRAGMA journal_mode=WAL")
-    writer.execute("CREATE TABLE IF NOT EXISTS t (x)")
-    writer.execute("INSERT INTO t VALUES (1)")
-    busy, _, _ = writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    assert busy == 0  # the keeper holds back no checkpoint
-    writer.close()
-
-
-async def test_the_wal_keeper_keeps_a_closing_connection_from_checkpointing_the_file(tmp_path):
-    """Closing SQLite's last connection checkpoints the WAL and deletes it (fsyncs): with the
-    request path holding no connection, the pool's every idle close was the last one."""
-    path = tmp_path / "db.sqlite3"
-    _write_and_close(path)
-    assert not (tmp_path / "db.sqlite3-wal").exists()  # the last close removed it
-
-    assert dbpool.wal_keeper_open(str(tmp_path / "none.sqlite3")) is None
-    keeper = dbpool.wal_keeper_open(str(path))
-    _write_and_close(path)
-    assert (tmp_path / "db.sqlite3-wal").exists()  # not the last: nothing to do on close
-    keeper.close()
-
-
 async def test_both_pools_keep_their_sqlite_connections_between_calls(monkeypatch):
     """Opening and closing a file connection around each of a request's checks was most of
     the requests' pool's CPU; the engine's one thread, idle between turns' trips often enough
