@@ -273,6 +273,17 @@ def _framed(events: list[TurnEvent], frames: list[str]) -> bool:
     return False
 
 
+def _turn_answer(event: TurnEvent) -> bool:
+    """Whether `event` is the message that ends a turn: an answer without calls (a message
+    with calls, paused for a person, goes out at once)."""
+    if event.event != "message":
+        return False
+    data = event.data
+    return not (
+        data.get("tool_calls") or data.get("pending_approval") or data.get("pending_decision")
+    )
+
+
 async def _follow(prepared: PreparedTurn) -> AsyncIterator[bytes]:
     """Stream a turn's events. The turn is a task of its own: if this client goes away,
     Django cancels this iterator and the turn still runs to its end and is stored.
@@ -281,9 +292,12 @@ async def _follow(prepared: PreparedTurn) -> AsyncIterator[bytes]:
     through Django's response, Daphne and the socket, and under load several events of a
     turn wait together (the same bytes either way). The first chunk, `: ok`, waits for the
     turn's first step (one round of the loop, until its first wait) and takes its
-    `turn_start` along. Chunks are bytes, encoded here: a text chunk has Django's response look
-    up its charset each time (the Content-Type header, a regex, the settings). A keep-alive
-    comment goes out after `KEEPALIVE_SECONDS` without an event (`EventFeed`)."""
+    `turn_start` along. The turn's answer (a `message` without calls) goes with the
+    `turn_end` that follows it once the claim is released, in one chunk (a chunk fewer a
+    turn), or with whatever else comes first; held no longer than a keep-alive's wait. Chunks
+    are bytes, encoded here: a text chunk has Django's response look up its charset each time
+    (the Content-Type header, a regex, the settings). A keep-alive comment goes out after
+    `KEEPALIVE_SECONDS` without an event (`EventFeed`)."""
     feed = EventFeed(idle=KEEPALIVE_SECONDS)
     try:
         task = turn_launch(prepared, listener=feed.put)
@@ -291,16 +305,23 @@ async def _follow(prepared: PreparedTurn) -> AsyncIterator[bytes]:
         frames = [": ok\n\n"]
         ended = _framed(feed.taken_now(), frames)
         yield "".join(frames).encode()
+        frames = []
         while not ended:
             events = await feed.taken()
-            if not events:
+            if not events:  # idle for `KEEPALIVE_SECONDS`, or the turn's task ended
+                if frames:
+                    yield "".join(frames).encode()
+                    frames = []
+                elif not task.done():
+                    yield b": keep-alive\n\n"
                 if task.done():
                     return
-                yield b": keep-alive\n\n"
                 continue
-            frames = []
             ended = _framed(events, frames)
+            if not ended and _turn_answer(events[-1]):
+                continue  # it waits for its `turn_end`, one trip away: one chunk
             yield "".join(frames).encode()
+            frames = []
     finally:
         feed.close()
 

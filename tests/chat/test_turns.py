@@ -199,7 +199,8 @@ async def test_events_queued_together_go_out_in_one_chunk(client, trusted_caller
     """Each chunk of the stream is a write through Django, Daphne and the socket: the events
     a turn emitted by the time the stream runs are sent together, in order; the first
     chunk, `: ok`, takes along what the turn's first step emitted (its `turn_start`): a
-    chunk fewer per turn."""
+    chunk fewer per turn; and the turn's `message` waits for the `turn_end` that follows it
+    once the claim is released (a trip later): another."""
     import chat.api
     from geosense.wire import TurnEvent
 
@@ -226,9 +227,54 @@ async def test_events_queued_together_go_out_in_one_chunk(client, trusted_caller
     assert chunks == [
         ': ok\n\nevent: turn_start\ndata: {"n": "turn_start"}\n\n',
         'event: text_delta\ndata: {"n": "text_delta"}\n\n'
-        'event: message\ndata: {"n": "message"}\n\n',
+        'event: message\ndata: {"n": "message"}\n\n'
         "event: turn_end\ndata: {}\n\n",
     ]
+    await asyncio.to_thread(services.session_release, session_id=trusted_caller.session.pk)
+
+
+@pytest.mark.parametrize(
+    ("message", "keepalive"),
+    [({"n": "message"}, 0.01), ({"n": "message", "pending_approval": {"id": 1}}, 3600.0)],
+    ids=["answer", "paused"],
+)
+async def test_a_message_held_for_its_turn_end_goes_out_by_the_next_keep_alive(
+    client, trusted_caller, monkeypatch, message, keepalive
+):
+    """The turn's answer waits for its `turn_end` no longer than a keep-alive's wait: a
+    release that takes long (a busy database) does not keep it from the reader; a message
+    with calls (a pause for a person) is not held at all."""
+    import chat.api
+    from geosense.wire import TurnEvent
+
+    released = asyncio.Event()
+
+    def launch(prepared, *, listener):
+        async def turn():
+            listener(TurnEvent("turn_start", {}))
+            await asyncio.sleep(0)
+            listener(TurnEvent("message", message))
+            await released.wait()
+            listener(TurnEvent("turn_end", {}))
+
+        return asyncio.create_task(turn())
+
+    monkeypatch.setattr(chat.api, "turn_launch", launch)
+    monkeypatch.setattr(chat.api, "KEEPALIVE_SECONDS", keepalive)
+    response = await client.post(
+        trusted_caller.url("/message/stream"),
+        data=json.dumps({"text": "hi"}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {trusted_caller.token}"},
+    )
+    chunks = []
+    async for chunk in response.streaming_content:
+        chunks.append(chunk if isinstance(chunk, str) else chunk.decode())
+        if len(chunks) == 2:
+            released.set()  # the release goes through once the answer is out
+
+    assert chunks[1] == f"event: message\ndata: {json.dumps(message)}\n\n"
+    assert chunks[-1] == "event: turn_end\ndata: {}\n\n"
     await asyncio.to_thread(services.session_release, session_id=trusted_caller.session.pk)
 
 
