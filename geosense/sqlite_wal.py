@@ -7,7 +7,7 @@ A process that serves from an SQLite file does two things for its WAL, from star
   a database in WAL mode checkpoints the WAL and deletes it, with fsyncs (10-40 ms a close on
   this machine under load). The engine's pool closes its connection whenever nothing queues
   behind a call, so under a light load nearly every trip closed the file's last connection.
-- A thread writes the WAL's new pages to disk every quarter of a second (`WalFlusher`). With
+- A thread writes the WAL's new pages to disk every quarter of a second, if any (`WalFlusher`). With
   `synchronous=NORMAL` a commit does not fsync; a checkpoint does, in the commit that crosses
   `wal_autocheckpoint` (geosense/settings.py), on the turn engine's one database thread. Its
   fsync of the WAL had every page written since the last checkpoint to put on disk (~40 MiB):
@@ -52,6 +52,9 @@ class WalFlusher(threading.Thread):
         self._stopped = threading.Event()
         self._fd: int | None = None
         self._file: tuple[int, int] | None = None  # the (device, inode) `_fd` is open on
+        # The WAL's (size, modification time) at the last sync: unchanged, nothing to write, and
+        # on ext4 a sync would still make the disk flush its cache (an idle process's 4 a second).
+        self._synced: tuple[int, int] | None = None
         self._failing = False  # a flush failed and was logged: the next failures are not
 
     def run(self) -> None:
@@ -69,7 +72,7 @@ class WalFlusher(threading.Thread):
             self._close()
 
     def flush(self) -> None:
-        """Put the WAL's pages that are only in memory on disk."""
+        """Put the WAL's pages that are only in memory on disk, if it was written since."""
         try:
             status = os.stat(self.path)
         except FileNotFoundError:
@@ -83,7 +86,12 @@ class WalFlusher(threading.Thread):
                 return
             opened = os.fstat(fd)
             self._fd, self._file = fd, (opened.st_dev, opened.st_ino)
-        os.fdatasync(self._fd)
+        written = (status.st_size, status.st_mtime_ns)
+        if written == self._synced:
+            return
+        (getattr(os, "fdatasync", None) or os.fsync)(self._fd)  # macOS has no fdatasync
+        # Read before the sync: a write meanwhile changes them, and the next flush syncs again.
+        self._synced = written
 
     def stop(self) -> None:
         """End the thread (its descriptor closed) and wait for it."""
@@ -93,7 +101,7 @@ class WalFlusher(threading.Thread):
     def _close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
-        self._fd = self._file = None
+        self._fd = self._file = self._synced = None
 
 
 def wal_keeper_open(path: str) -> sqlite3.Connection | None:

@@ -91,6 +91,29 @@ def test_the_flusher_syncs_the_wal_follows_a_new_file_and_waits_while_there_is_n
     assert flusher._fd is None  # its descriptor closed with the thread
 
 
+def test_an_unchanged_wal_is_not_synced_again(tmp_path, monkeypatch):
+    """On ext4 every `fdatasync` makes the disk flush its write cache, written or not: an idle
+    process would have done it four times a second for its whole life (review 31-a, M1)."""
+    synced = _Synced()
+    monkeypatch.setattr(sqlite_wal.os, "fdatasync", synced)
+    path = tmp_path / "db.sqlite3"
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("CREATE TABLE t (x)")
+    flusher = sqlite_wal.WalFlusher(f"{path}-wal")
+    try:
+        flusher.flush()
+        flusher.flush()
+        assert len(synced.files) == 1
+        writer.execute("INSERT INTO t VALUES (1)")
+        flusher.flush()
+        flusher.flush()
+        assert len(synced.files) == 2
+    finally:
+        flusher._close()
+        writer.close()
+
+
 def test_a_failing_flush_is_logged_once_and_the_thread_goes_on(tmp_path, monkeypatch, caplog):
     calls: list[int] = []
 
@@ -157,3 +180,16 @@ def test_a_process_keeps_its_file_open_and_its_wal_flushed_once(tmp_path, monkey
     finally:
         flusher.stop()
         keeper.close()
+
+
+def test_without_fdatasync_the_flusher_fsyncs(tmp_path, monkeypatch):
+    """macOS has no `os.fdatasync`: `make run` there flushes with `fsync` (review 31-a, L1)."""
+    synced = _Synced()
+    monkeypatch.delattr(sqlite_wal.os, "fdatasync")
+    monkeypatch.setattr(sqlite_wal.os, "fsync", synced)
+    wal = tmp_path / "db.sqlite3-wal"
+    wal.write_bytes(b"frames")
+    flusher = sqlite_wal.WalFlusher(str(wal))
+    flusher.flush()
+    flusher._close()
+    assert synced.files == [_identity(wal)]
