@@ -421,14 +421,17 @@ class _KeptSessions:
                 self._chars -= session.chars
             return session
 
-    def put(self, key: str, rows: list[_Kept], *, complete: bool) -> None:
+    def put(self, key: str, rows: list[_Kept], *, complete: bool, first: bool = False) -> None:
         """Keep a session's walked rows, unless they are too many to check in one statement
-        with the rows the next step adds (half its `CHECK_ROWS`) or a quarter of `KEPT_CHARS`."""
+        with the rows the next step adds (half its `CHECK_ROWS`) or a quarter of `KEPT_CHARS`;
+        `first`: only if nothing is kept for it (`history_rows_stored`)."""
         chars = sum([kept.chars for kept in rows])
         checked = [values for kept in rows for values in kept.checked]
         if not rows or chars > KEPT_CHARS // 4 or len(checked) > CHECK_ROWS // 2:
             return
         with self._lock:
+            if first and key in self._sessions:
+                return
             old = self._sessions.pop(key, None)
             self._chars += chars - (old.chars if old is not None else 0)
             self._sessions[key] = _Session(rows, complete, chars, checked)
@@ -474,13 +477,21 @@ class _KeptSessions:
 _kept = _KeptSessions()
 
 
-def history_rows_stored(*, session_id: object, messages: Sequence[Message]) -> None:
+def history_rows_stored(
+    *, session_id: object, messages: Sequence[Message], first: bool = False
+) -> None:
     """Messages the turn holding the session's claim has just stored, oldest first, noted with
     the session's kept rows as a window reads them: when the next window's check finds just
     these as its new rows, no statement reads them (a statement and its rows' Python work each
     step of a turn, issue 15). Any other new row (stored by anyone else, or not noted: a draft,
     a message with contexts) and the new rows are read as before (engine invariant 6). A note
-    is skipped (no window reads it); the messages are noted up to the first that cannot be."""
+    is skipped (no window reads it); the messages are noted up to the first that cannot be.
+
+    `first`: they are the session's first turn's (none numbered before), so very likely its
+    only rows: kept as the whole session when nothing is kept for it, and the next window
+    checks them, every row of the session in that statement (any other row, and the window is
+    read as before), instead of reading the rows and their contexts (a statement more, on the
+    first turn of every new session: a bench's level starts with every user's at once)."""
     try:
         rows: list[_Kept] = []
         for message in messages:
@@ -490,7 +501,9 @@ def history_rows_stored(*, session_id: object, messages: Sequence[Message]) -> N
             if kept is None or (rows and kept.row.id <= rows[-1].row.id):
                 break
             rows.append(kept)
-        if rows:
+        if rows and first:
+            _kept.put(str(session_id), rows[::-1], complete=True, first=True)
+        elif rows:
             _kept.stored_add(str(session_id), rows[::-1])
     except Exception:
         # Noting saves a read and nothing more: never in the way of what called it (the turn's

@@ -272,7 +272,7 @@ def _prepare_message(*, session_id: Any, user: Any, request: NewMessage) -> Prep
             message_id=message.pk,
         )
     if not request.contexts:  # the window's kept rows know it (one with contexts is read)
-        history_rows_stored(session_id=session_id, messages=[message])
+        history_rows_stored(session_id=session_id, messages=[message], first=count == 0)
     return PreparedTurn(session_id=session_id, user=user, turn=turn, request=request)
 
 

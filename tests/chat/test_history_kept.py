@@ -269,6 +269,33 @@ def test_the_rows_a_turn_stored_are_kept_without_a_statement_reading_them(monkey
     assert reads == ([0, 0, 1, 1] if through else [1, 1, 1, 1]), reads
 
 
+def test_a_new_sessions_first_message_is_kept_as_its_whole_session(monkeypatch):
+    """A new session's first turn's message is kept as the session's only row: its first
+    window checks it (a statement) instead of reading the rows and their contexts (two). Any
+    other row the session holds after all (written without a turn's numbering) shows in that
+    check, and the window is read as before."""
+    from tests.chat.costs import Costs
+
+    monkeypatch.setattr(history, "_kept", history._KeptSessions())
+    user = get_user_model().objects.get_or_create(username="first")[0]
+    statements = []
+    for earlier in (False, False, True):
+        session = Session(user)
+        if earlier:  # a row no turn numbered (an import, a test's fixture)
+            session.add("user", content="before")
+            session.add("assistant", content="earlier answer")
+        session.turn = 1
+        message = session.add("user", content="the first question")
+        history.history_rows_stored(session_id=session.session.pk, messages=[message], first=True)
+        with monkeypatch.context() as patched:
+            costs = Costs(patched)
+            history_window(session_id=session.session.pk, budget=100_000)
+        statements.append(len(costs.statements))
+        history.history_rows_stored(session_id=session.session.pk, messages=[message], first=True)
+        assert_same_window(session.session.pk, budget=100_000, images=False)
+    assert statements[1:] == [1, 3], statements  # 2 read before; the check, then the 2 reads
+
+
 def test_a_step_walks_its_kept_rows_without_a_python_call_for_each():
     """Every step walks its whole window (issue 15: the database thread every turn queues on):
     each kept row cost three Python calls or so (a generator's step, its entry's method, a

@@ -225,3 +225,27 @@ async def test_events_for_sockets_all_served_directly_skip_the_in_memory_layer(
     await frames_until(ws, is_turn_end)
     await ws.disconnect()
     assert len(sent) == len(out.names())
+
+
+async def test_a_new_sessions_first_turn_costs_a_later_turns_statements_and_its_title(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """A bench level starts with every user's first turn at once (issue 15): a new session's
+    first turn reads its window as a later turn does (the check of its one message: 2
+    statements before, the rows and their contexts), and its title's update, compiled once,
+    is its one statement more."""
+    from dataclasses import replace
+
+    from chat.models import ChatSession
+
+    for caller in (trusted_caller, None):  # the first compiles what a new session's turn runs
+        if caller is None:
+            session = await ChatSession.objects.acreate(user=trusted_caller.user)
+            caller = replace(trusted_caller, session=session)
+        openai_agent.reply_text("Hello.")
+        costs = Costs(monkeypatch)
+        out = await start_turn(client, caller, "hello")
+        assert out.names()[-1] == "turn_end"
+    assert costs.trips <= 3, costs.trips
+    assert len(costs.statements) <= 13, costs.statements  # a later text turn's 12, the title
+    assert costs.compiled == 0, costs.compiled
