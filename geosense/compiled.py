@@ -71,8 +71,11 @@ def statement_run(
     them), runs it as Django runs it."""
     raw = connection.connection
     # Django's `queries_logged`, read without its property's call (two a statement, with
-    # looking the kept cursor up in a function of its own).
-    if qmark is None or raw is None or connection.force_debug_cursor or settings.DEBUG:
+    # looking the kept cursor up in a function of its own), and `settings.DEBUG` read from the
+    # settings object it stands for, as configured or overridden (`LazySettings` answers every
+    # attribute in a Python `__getattribute__`: a call a statement).
+    debug = object.__getattribute__(settings, "_wrapped").DEBUG
+    if qmark is None or raw is None or connection.force_debug_cursor or debug:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return result(cursor)

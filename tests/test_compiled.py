@@ -201,14 +201,34 @@ def test_a_compiled_statement_reads_its_answer_in_few_python_calls(sessions):
     ~25 statements a turn on the engine's one database thread): 26 Python calls for this
     read and for this update before, 18 after; 15 with Django's broken-transaction check and
     error translation entered only when a transaction needs a rollback or the statement
-    raised; 11 with the kept cursor found in the statement's own code."""
+    raised; 11 with the kept cursor found in the statement's own code; 10 with `DEBUG` read
+    from the settings object itself (`LazySettings.__getattribute__` is a Python call)."""
     first, second = sessions
     read = _turn_read(converted=False)
     update = _title_update()
     read.rows(first.pk, 1), update.run(first.pk, "one"), read.rows(first.pk, 1)
-    assert python_calls_of(read.rows, second.pk, 1) <= 12
-    assert python_calls_of(update.run, second.pk, "two") <= 12
+    assert python_calls_of(read.rows, second.pk, 1) <= 10
+    assert python_calls_of(update.run, second.pk, "two") <= 10
     assert ChatSession.objects.get(pk=second.pk).title == "two"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_compiled_statement_is_logged_as_django_logs_it_with_debug_on(sessions, settings):
+    """With `DEBUG` on (set or overridden) Django logs every statement: a compiled one runs as
+    Django runs it, and shows in `connection.queries`; off again, it runs as compiled."""
+    from django.db import connection, reset_queries
+
+    first, _ = sessions
+    read = _turn_read()
+    read.rows(first.pk, 1)
+    settings.DEBUG = True
+    reset_queries()
+    read.rows(first.pk, 1)
+    assert len(connection.queries) == 1
+    settings.DEBUG = False
+    reset_queries()
+    read.rows(first.pk, 1)
+    assert connection.queries == []
 
 
 def test_a_compiled_insert_hands_on_the_values_its_fields_store_as_they_are(sessions):
