@@ -819,3 +819,78 @@ def test_a_sockets_text_frame_is_written_without_autobahns_three_sends():
 
     assert transport.value().endswith(b'\x81\x11{"type": "event"}' * 2)
     assert calls == ["handle_reply", "isEnabledFor"]
+
+
+def _request_fresh(server_name: str = "daphne") -> tuple[Server, WebRequest]:
+    channel = Channel()
+    request = WebRequest(channel)
+    request.clientproto, request.method = b"HTTP/1.1", b"POST"
+    request.server = type("Server", (), {"server_name": server_name})()
+    server = Server.__new__(Server)
+    server.connections = {request: {}}
+    return server, request
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [],
+        [(b"content-type", b"text/event-stream"), (b"x-frame-options", b"DENY")],
+        [(b"content-type", b"a"), (b"x-folded", b"a\r\n b"), (b"content-type", b"b")],
+        [(b"server", b"ours"), (b"x-a", b"1")],
+        [(b"x-never-seen-before-%d" % id(object()), b"1")],  # a name not in Twisted's cache
+    ],
+    ids=["none", "some", "folded and repeated", "own server", "new name"],
+)
+@pytest.mark.parametrize("server_name", ["daphne", ""])
+def test_an_answers_start_sets_what_daphnes_start_sets(headers, server_name):
+    """The status, the headers in order and Daphne's `Server` header (unless the answer has
+    one, or the server has no name) as Daphne's `WebRequest.handle_reply` sets them."""
+    ours, ours_request = _request_fresh(server_name)
+    _theirs, theirs_request = _request_fresh(server_name)
+    message = {"type": "http.response.start", "status": 201, "headers": headers}
+
+    _send(ours, ours_request, message)
+    WebRequest.handle_reply(theirs_request, message)
+
+    for request in (ours_request, theirs_request):
+        assert request._response_started
+    assert (ours_request.code, ours_request.code_message) == (201, b"Created")
+    assert list(ours_request.responseHeaders.getAllRawHeaders()) == list(
+        theirs_request.responseHeaders.getAllRawHeaders()
+    )
+
+
+def test_an_answer_started_twice_or_without_a_status_is_refused_as_daphne_refuses_it():
+    server, request = _request_fresh()
+    with pytest.raises(ValueError, match="status code is required"):
+        _send(server, request, {"type": "http.response.start", "headers": []})
+    server, request = _request_fresh()
+    _send(server, request, {"type": "http.response.start", "status": 200, "headers": []})
+    with pytest.raises(ValueError, match="already been started"):
+        _send(server, request, {"type": "http.response.start", "status": 200, "headers": []})
+
+
+def test_an_answers_start_costs_few_python_calls():
+    """Daphne's `WebRequest.handle_reply` added each header through `addRawHeader` (a Python
+    call each), then `hasHeader` and `setHeader` for its `Server` header (with
+    `setRawHeaders`, the name's encoding twice and the value's folding) and its debug line:
+    ~17 Python calls an answer's start with nine headers, not counting the status."""
+    server, request = _request_fresh()
+    headers = [(b"content-type", b"text/event-stream")] * 9
+    warm, warm_request = _request_fresh()
+    _send(warm, warm_request, {"type": "http.response.start", "status": 200})  # caches filled
+
+    calls = _calls(
+        lambda: _send(
+            server, request, {"type": "http.response.start", "status": 200, "headers": headers}
+        )
+    )
+
+    assert calls == [
+        "handle_reply",
+        "check_headers_type",
+        "_answer_started",
+        "setResponseCode",
+        "isEnabledFor",
+    ]
