@@ -71,10 +71,12 @@ def statement_run(
     them), runs it as Django runs it."""
     raw = connection.connection
     # Django's `queries_logged`, read without its property's call (two a statement, with
-    # looking the kept cursor up in a function of its own), and `settings.DEBUG` read from the
-    # settings object it stands for, as configured or overridden (`LazySettings` answers every
-    # attribute in a Python `__getattribute__`: a call a statement).
-    debug = object.__getattribute__(settings, "_wrapped").DEBUG
+    # looking the kept cursor up in a function of its own), and `settings.DEBUG` read where
+    # `LazySettings` caches it (its `__dict__`, which it clears when a setting is set or
+    # overridden), not through its Python `__getattribute__`: a call a statement.
+    debug = object.__getattribute__(settings, "__dict__").get("DEBUG")
+    if debug is None:
+        debug = settings.DEBUG
     if qmark is None or raw is None or connection.force_debug_cursor or debug:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)

@@ -202,7 +202,7 @@ def test_a_compiled_statement_reads_its_answer_in_few_python_calls(sessions):
     read and for this update before, 18 after; 15 with Django's broken-transaction check and
     error translation entered only when a transaction needs a rollback or the statement
     raised; 11 with the kept cursor found in the statement's own code; 10 with `DEBUG` read
-    from the settings object itself (`LazySettings.__getattribute__` is a Python call)."""
+    from where `LazySettings` caches it (its `__getattribute__` is a Python call)."""
     first, second = sessions
     read = _turn_read(converted=False)
     update = _title_update()
