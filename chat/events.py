@@ -157,17 +157,14 @@ class EventFeed:
 
     async def taken(self) -> list[TurnEvent]:
         """The events put since the last take, waiting for one if there are none; none when
-        `idle` seconds pass without any (a keep-alive is due). Taken here as `taken_now`
-        takes them, without its call (a stream takes ~5 times a turn, issue 15)."""
+        `idle` seconds pass without any (a keep-alive is due)."""
         if not self._events:
             self._waiter = asyncio.Future(loop=self._loop)
             try:
                 await self._waiter
             finally:
                 self._waiter = None
-        events, self._events = self._events, []
-        self._taken_at = time.monotonic()
-        return events
+        return self.taken_now()
 
     def _keepalive_due(self) -> None:
         due = self._taken_at + self._idle

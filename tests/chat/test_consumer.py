@@ -1020,3 +1020,32 @@ async def test_a_closed_socket_leaves_no_task_behind(alice):
     await ws.disconnect()
     await asyncio.sleep(0)
     assert asyncio.all_tasks() - before == set()
+
+
+# What `ChatConsumer._serve` does for a page's text frame in place of Channels' dispatch: the
+# handler `get_handler_name` names for "websocket.receive" is `websocket_receive`, which calls
+# `receive(text_data=...)` for a text frame. A Channels release that changes either changes
+# what a page's frame goes through: read it again, then update these.
+CHANNELS_SOURCES = {
+    "AsyncWebsocketConsumer.websocket_receive": "165d159d99adfd8a",
+    "get_handler_name": "c88c7b7d8763fb61",
+}
+
+
+def test_a_text_frames_way_is_the_one_channels_dispatch_would_take():
+    import hashlib
+    import inspect
+
+    from channels.consumer import get_handler_name
+    from channels.generic.websocket import AsyncWebsocketConsumer
+
+    originals = {
+        "AsyncWebsocketConsumer.websocket_receive": AsyncWebsocketConsumer.websocket_receive,
+        "get_handler_name": get_handler_name,
+    }
+    digests = {
+        name: hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16]
+        for name, function in originals.items()
+    }
+    assert digests == CHANNELS_SOURCES
+    assert get_handler_name({"type": "websocket.receive"}) == "websocket_receive"

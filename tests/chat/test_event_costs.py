@@ -77,30 +77,6 @@ async def test_an_events_way_to_its_stream_and_socket_is_few_python_frames(calle
     assert (delta, end) == (14, 15)  # the end flushes the text streamed before it
 
 
-async def test_a_stream_takes_its_events_in_one_python_call():
-    """`EventFeed.taken` hands over what was put in its own frame (it called `taken_now`: two
-    Python calls a take, ~5 takes a turn), and waits only when nothing was put."""
-    from chat.events import EventFeed
-
-    feed = EventFeed(idle=3600)
-    events = [wire.text_delta("a"), wire.text_delta("b")]
-    for event in events:
-        feed.put(event)
-
-    taken: list[wire.TurnEvent] = []
-
-    async def take() -> None:
-        taken.extend(await feed.taken())
-
-    calls = await python_calls(take())
-    feed.put(wire.turn_end())
-    later = feed.taken_now()
-    feed.close()
-
-    assert (taken, [e.event for e in later]) == (events, ["turn_end"])
-    assert calls == 2, calls  # this test's own `take`, and `taken`
-
-
 async def _streamed(
     client, caller, monkeypatch, *, deltas: int, pause: float = 0.0, end: bool = True
 ) -> list[str]:
