@@ -64,6 +64,9 @@ The response path:
     answer is what Twisted's `Request.write` makes of it (its size line, the data, a line end,
     counted in `sentLength`), handed to the connection's `write` as one piece: not through
     `Request.write`, `toChunk` and the channel's `writeSequence` (three Python calls a chunk);
+    and an answer's first part, where Twisted would chunk it, is written with the answer's
+    status line and headers as Twisted writes them, in one write (`_answer_head_written`: one
+    `send` an answer, not two, and ~10 Python calls fewer);
   * a socket's every text frame (a `websocket.send` on an accepted socket: each turn event a
     page's socket gets, each client tool's invoke) goes to autobahn's `sendMessage` after
     Daphne's checks (not connecting, not both text and bytes): without
@@ -118,7 +121,7 @@ from daphne.ws_protocol import logger as daphne_socket_logger
 from twisted.internet import asyncioreactor
 from twisted.python import log
 from twisted.web import http_headers
-from twisted.web.http import HTTPChannel, Request
+from twisted.web.http import NO_BODY_CODES, HTTPChannel, Request
 
 WRITTEN_FOR = {"daphne": "4.2.3", "twisted": "26.10.0", "autobahn": "26.10.2"}
 
@@ -147,6 +150,8 @@ _FRAME_HEAD_16 = struct.Struct("!BBH")
 _FRAME_HEAD_64 = struct.Struct("!BBQ")
 # Twisted's HTTP channel's `writeSequence` (its transport's), where a chunk is written as one piece.
 _CHANNEL_SEQUENCE = HTTPChannel.writeSequence
+# And its `writeHeaders`, where an answer's head and first chunk are written as one piece.
+_CHANNEL_HEADERS = HTTPChannel.writeHeaders
 
 
 async def handle_reply(self, protocol, message) -> None:
@@ -175,6 +180,23 @@ async def handle_reply(self, protocol, message) -> None:
             if not protocol._disconnected:
                 protocol.sentLength += len(body)
                 protocol.channel.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        elif (
+            not protocol.startedWriting
+            and body
+            and type(body) is bytes
+            and not protocol._disconnected
+            and protocol.clientproto == b"HTTP/1.1"
+            and protocol.method != b"HEAD"
+            and protocol.code not in NO_BODY_CODES
+            and protocol.lastModified is None
+            and protocol.etag is None
+            and not protocol.cookies
+            and type(protocol.responseHeaders) is http_headers.Headers
+            and b"Content-Length" not in protocol.responseHeaders._rawHeaders
+            and getattr(type(protocol.channel), "writeHeaders", None) is _CHANNEL_HEADERS
+            and getattr(type(protocol.channel), "writeSequence", None) is _CHANNEL_SEQUENCE
+        ):
+            _answer_head_written(protocol, body)
         else:
             Request.write(protocol, body)
         if daphne_logger.isEnabledFor(logging.DEBUG):
@@ -256,6 +278,27 @@ async def handle_reply(self, protocol, message) -> None:
             _answer_started(protocol, message)
             return
     protocol.handle_reply(message)
+
+
+def _answer_head_written(request, body: bytes) -> None:
+    """Twisted's `Request.write` of a chunked answer's first part (HTTP/1.1, no Content-Length,
+    not a HEAD, a status with a body, no Last-Modified, ETag or cookies of Twisted's): the
+    answer chunked, its status line and headers as `HTTPChannel.writeHeaders` writes them,
+    and the part as a chunk, handed to the connection in one write (Twisted made two, each a
+    `send`: `getRawHeaders`, `setRawHeaders` with the name's encoding and the value's folding,
+    `writeHeaders`, `getAllRawHeaders`, `toChunk` and the channel's `writeSequence` twice,
+    ~10 Python calls an answer)."""
+    request.startedWriting = 1
+    raw = request.responseHeaders._rawHeaders
+    raw[b"Transfer-Encoding"] = [b"chunked"]
+    request.chunked = 1
+    head = [request.clientproto, b" ", b"%d" % (request.code,), b" ", request.code_message, b"\r\n"]
+    for name, values in raw.items():
+        for value in values:
+            head.extend((name, b": ", value, b"\r\n"))
+    head.append(b"\r\n%x\r\n%b\r\n" % (len(body), body))
+    request.sentLength += len(body)
+    request.channel.transport.write(b"".join(head))
 
 
 def _answer_started(request, message: dict) -> None:

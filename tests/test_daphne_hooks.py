@@ -74,6 +74,7 @@ ASSUMED_SOURCES = {
     "Request.write": "0e547d4f76bd1472",
     "HTTPChannel.writeSequence": "06492eb61e8f8b80",  # a chunk's pieces, one transport write
     "toChunk": "f326a3bed37a6be6",
+    "HTTPChannel.writeHeaders": "3521e56c0fe24bc2",  # an answer's head, with its first chunk
     "log.callWithLogger": "802f8564bca3531f",
     "autobahn sendMessage": "048d6bcf0d712309",  # a text frame made as these make it
     "autobahn sendFrame": "89cc8b024c413aa0",
@@ -124,6 +125,7 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "Request.write": http.Request.write,
         "HTTPChannel.writeSequence": http.HTTPChannel.writeSequence,
         "toChunk": http.toChunk,
+        "HTTPChannel.writeHeaders": http.HTTPChannel.writeHeaders,
         "log.callWithLogger": log.callWithLogger,
         "autobahn sendMessage": AutobahnProtocol.sendMessage,
         "autobahn sendFrame": AutobahnProtocol.sendFrame,
@@ -894,3 +896,87 @@ def test_an_answers_start_costs_few_python_calls():
         "setResponseCode",
         "isEnabledFor",
     ]
+
+
+def _answer_opened(clientproto: bytes, method: bytes):
+    """A Daphne request on Twisted's own HTTP channel over an in-memory transport, nothing
+    of its answer sent yet, and its server."""
+    from twisted.internet.testing import StringTransport
+
+    channel = http.HTTPChannel()
+    channel.makeConnection(StringTransport())
+    channel.factory = Channel.factory
+    request = WebRequest(channel)
+    request.clientproto, request.method = clientproto, method
+    server = Server.__new__(Server)
+    server.connections = {request: {}}
+    return server, request, channel.transport
+
+
+@pytest.mark.parametrize(
+    "clientproto, method, status, headers, first",
+    [
+        (b"HTTP/1.1", b"POST", 200, [(b"content-type", b"text/event-stream")], b": ok\n\n"),
+        (b"HTTP/1.1", b"GET", 200, [(b"set-cookie", b"a=1"), (b"set-cookie", b"b=2")], b"x"),
+        (b"HTTP/1.1", b"POST", 200, [(b"content-length", b"5")], b"hello"),
+        (b"HTTP/1.1", b"HEAD", 200, [], b"hello"),
+        (b"HTTP/1.1", b"GET", 304, [], b"x"),
+        (b"HTTP/1.0", b"GET", 200, [], b"x"),
+        (b"HTTP/1.1", b"GET", 200, [(b"transfer-encoding", b"gzip")], b"x"),
+        (b"HTTP/1.1", b"POST", 200, [], b""),
+    ],
+    ids=["sse", "cookies", "length", "head", "304", "http/1.0", "own encoding", "empty"],
+)
+def test_an_answers_first_part_is_written_as_twisted_writes_it(
+    clientproto, method, status, headers, first
+):
+    """The status line, the headers and the first part (chunked or not), then the next parts,
+    are the bytes Twisted's `Request.write` writes under Daphne's own `handle_reply`, with the
+    same `sentLength` and chunking, for every kind of answer Twisted writes apart."""
+    daphnes = Server.handle_reply.__wrapped__
+    sent = []
+    for send in (
+        _send,
+        lambda server, request, message: _daphnes(daphnes, server, request, message),
+    ):
+        server, request, transport = _answer_opened(clientproto, method)
+        for message in (
+            {"type": "http.response.start", "status": status, "headers": headers},
+            {"type": "http.response.body", "body": first, "more_body": True},
+            {"type": "http.response.body", "body": b"next", "more_body": True},
+        ):
+            send(server, request, message)
+        sent.append((transport.value(), request.sentLength, request.chunked))
+
+    assert sent[0] == sent[1]
+
+
+def _daphnes(handle_reply, server, request, message) -> None:
+    with pytest.raises(StopIteration):
+        handle_reply(server, request, message).send(None)
+
+
+def test_an_answers_head_and_first_part_go_to_the_connection_in_one_write():
+    """Twisted's first `Request.write` of an answer read and set its headers through
+    `getRawHeaders`, `setRawHeaders` (with the name's encoding and the value's folding),
+    `writeHeaders` and `getAllRawHeaders`, then wrote the part through `toChunk` and the
+    channel's `writeSequence`: two writes (two `send`s) and ~10 Python calls an answer."""
+    warm, warm_request, _ = _answer_opened(b"HTTP/1.1", b"POST")
+    _send(warm, warm_request, {"type": "http.response.start", "status": 200, "headers": []})
+    _send(warm, warm_request, BODY)  # caches filled
+    server, request, transport = _answer_opened(b"HTTP/1.1", b"POST")
+    start = {"type": "http.response.start", "status": 200, "headers": [(b"x-a", b"1")]}
+    _send(server, request, start)
+    writes = []
+    transport.write = writes.append
+
+    calls = functions_called(
+        lambda: _send(server, request, BODY),
+        where=("/daphne/", "/twisted/web/", "/logging/", "geosense/daphne_hooks.py"),
+    )
+
+    assert writes == [
+        b"HTTP/1.1 200 OK\r\nX-A: 1\r\nServer: daphne\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"a\r\nevent: x\n\n\r\n"
+    ]
+    assert calls == ["handle_reply", "_answer_head_written", "isEnabledFor"]
