@@ -9,6 +9,7 @@ from django.db.models.sql import compiler as sql_compiler
 from chat.models import ChatSession, Message
 from geosense.compiled import CompiledInsert, CompiledRead, CompiledUpdate, db_value
 from tests.chat.costs import python_calls_of
+from tests.source_pins import source_digests
 
 pytestmark = pytest.mark.django_db
 
@@ -210,6 +211,28 @@ def test_a_compiled_statement_reads_its_answer_in_few_python_calls(sessions):
     assert python_calls_of(read.rows, second.pk, 1) <= 10
     assert python_calls_of(update.run, second.pk, "two") <= 10
     assert ChatSession.objects.get(pk=second.pk).title == "two"
+
+
+# `compiled.statement_run` reads `DEBUG` where `LazySettings` caches it: its `__getattr__` caches
+# each setting read in its `__dict__`, its `__setattr__` and `__delattr__` clear what they
+# change (all of it when an override replaces `_wrapped`). A lock bump that changes any of
+# them fails here (review 31-a L3's rule).
+ASSUMED_SOURCES = {
+    "LazySettings.__getattr__": "371d4a5ad82f9736",
+    "LazySettings.__setattr__": "f42afaa8727f7ccd",
+    "LazySettings.__delattr__": "f216586e312ec9a9",
+}
+
+
+def test_the_django_settings_sources_the_debug_read_relies_on_are_the_ones_read():
+    from django.conf import LazySettings
+
+    originals = {
+        "LazySettings.__getattr__": LazySettings.__getattr__,
+        "LazySettings.__setattr__": LazySettings.__setattr__,
+        "LazySettings.__delattr__": LazySettings.__delattr__,
+    }
+    assert source_digests(originals) == ASSUMED_SOURCES
 
 
 @pytest.mark.django_db(transaction=True)

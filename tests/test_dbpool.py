@@ -19,6 +19,7 @@ from django.db import connection, transaction
 
 from chat.models import ChatSession
 from geosense import dbpool
+from tests.source_pins import source_digests
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
@@ -310,6 +311,30 @@ async def test_a_trip_moves_its_callers_locals_without_a_python_call_each():
     # count holds the ends of the trips that set and unset its profile).
     assert in_pool < 50, in_pool
     assert on_loop < 37, on_loop
+
+
+# What `dbpool._context_restore` stands in for (asgiref's `_restore_context`, which re-homes each
+# `Local`'s storage with `_rehome`), and what it relies on (`_Storage`'s two slots, and a
+# `Local` reading only a storage of its own thread): a lock bump that changes any of them fails
+# here (review 31-a L3).
+ASSUMED_SOURCES = {
+    "asgiref.sync._restore_context": "05b96f4ee7dab00f",
+    "asgiref.local._rehome": "9014b9aa2306c0be",
+    "asgiref.local._Storage": "6a712bd48329940f",
+    "asgiref.local._CVar._storage": "37bfde39a7ef0ef3",
+}
+
+
+async def test_the_asgiref_sources_a_trips_context_move_stands_in_for_are_the_ones_read():
+    from asgiref import local, sync
+
+    originals = {
+        "asgiref.sync._restore_context": sync._restore_context,
+        "asgiref.local._rehome": local._rehome,
+        "asgiref.local._Storage": local._Storage,
+        "asgiref.local._CVar._storage": local._CVar._storage,
+    }
+    assert source_digests(originals) == ASSUMED_SOURCES
 
 
 async def test_a_failing_call_raises_in_the_caller_within_the_callers_exception():
