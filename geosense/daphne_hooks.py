@@ -104,6 +104,7 @@ tests/test_daphne_hooks.py fails if the code they stand in for changes.
 """
 
 import functools
+import inspect
 import logging
 import pprint
 import struct
@@ -122,6 +123,7 @@ from twisted.internet import asyncioreactor
 from twisted.python import log
 from twisted.web import http_headers
 from twisted.web.http import NO_BODY_CODES, HTTPChannel, Request
+from txaio import tx as txaio_tx
 
 WRITTEN_FOR = {"daphne": "4.2.3", "twisted": "26.10.0", "autobahn": "26.10.2"}
 
@@ -146,6 +148,11 @@ _AUTOBAHN_SENDS = (
     AutobahnProtocol.sendData,
 )
 _SOCKET_OPEN = AutobahnProtocol.STATE_OPEN
+# The logger `protocol.log` gives Daphne's socket protocol (autobahn's, read here without its
+# descriptor's call), and what its `debug` is while autobahn's debug lines are off: with them on,
+# a frame takes autobahn's own path, which writes `sendData`'s line.
+_AUTOBAHN_LOG = inspect.getattr_static(WebSocketProtocol, "log")
+_TXAIO_NO_OP = txaio_tx._no_op
 _FRAME_HEAD_16 = struct.Struct("!BBH")
 _FRAME_HEAD_64 = struct.Struct("!BBQ")
 # Twisted's HTTP channel's `writeSequence` (its transport's), where a chunk is written as one piece.
@@ -233,15 +240,17 @@ async def handle_reply(self, protocol, message) -> None:
                 and not protocol.logFrames
                 and not protocol.logOctets
                 and protocol.factory.isServer
+                and _AUTOBAHN_LOG.debug is _TXAIO_NO_OP
+                and "log" not in protocol.__dict__
                 and not protocol.maskServerFrames
                 and not 0 < protocol.autoFragmentSize < size
                 and not 0 < protocol.maxMessagePayloadSize < size
             ):
                 # autobahn's `sendMessage`, `sendFrame` and `sendData` for what they make of
                 # a text message on an open server socket with none of their options on (no
-                # compression, fragments, masks, frame logs, timings or queue): one frame, its
-                # header (FIN and the text opcode, the length) and the payload, written to the
-                # connection, and the counts they keep.
+                # compression, fragments, masks, frame logs, timings, queue or debug lines): one
+                # frame, its header (FIN and the text opcode, the length) and the payload,
+                # written to the connection, and the counts they keep.
                 if size <= 125:
                     frame = bytes((0x81, size)) + payload
                 elif size <= 0xFFFF:

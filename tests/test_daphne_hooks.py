@@ -18,6 +18,7 @@ from twisted.internet import abstract, asyncioreactor, tcp
 from twisted.python import log
 from twisted.web import http, http_headers
 from twisted.web.http_headers import Headers, InvalidHeaderName
+from txaio import tx as txaio_tx
 
 import geosense.asgi  # noqa: F401  (the process's set-up, as Daphne imports it)
 from geosense.daphne_hooks import _SOCKET_REPLY, LISTEN_BACKLOG
@@ -87,6 +88,7 @@ ASSUMED_SOURCES = {
     "Headers.addRawHeader": "c4fe96cc1a6e7950",
     "_NameEncoder.encode": "7b453627217624ac",
     "_sanitizeLinearWhitespace": "eae40a7049d09f94",
+    "txaio Logger._set_log_level": "674ffbcc3702cd37",  # a level off binds its method to `_no_op`
 }
 
 
@@ -138,6 +140,7 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "Headers.addRawHeader": Headers.addRawHeader.__wrapped__,
         "_NameEncoder.encode": _NameEncoder.encode,
         "_sanitizeLinearWhitespace": _sanitizeLinearWhitespace,
+        "txaio Logger._set_log_level": txaio_tx.Logger._set_log_level,
     }
     digests = {
         name: hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16]
@@ -821,6 +824,24 @@ def test_a_sockets_text_frame_is_written_without_autobahns_three_sends():
 
     assert transport.value().endswith(b'\x81\x11{"type": "event"}' * 2)
     assert calls == ["handle_reply", "isEnabledFor"]
+
+
+def test_a_sockets_text_frame_takes_autobahns_path_while_its_debug_lines_are_on():
+    """With autobahn's debug logging on, a frame goes through autobahn's own sends, whose
+    `sendData` writes its debug line (review 31-a L4); the same bytes either way."""
+    from geosense.daphne_hooks import _AUTOBAHN_LOG
+
+    server, socket, transport = _daphne_socket_opened()
+    frame = {"type": "websocket.send", "text": '{"type": "event"}'}
+    level = _AUTOBAHN_LOG._log_level
+    _AUTOBAHN_LOG.set_log_level("debug")
+    try:
+        calls = functions_called(lambda: _send(server, socket, frame), where=("/autobahn/",))
+    finally:
+        _AUTOBAHN_LOG.set_log_level(level, keep=False)
+
+    assert {"sendMessage", "sendFrame", "sendData"} <= set(calls)
+    assert transport.value().endswith(b'\x81\x11{"type": "event"}')
 
 
 def _request_fresh(server_name: str = "daphne") -> tuple[Server, WebRequest]:
