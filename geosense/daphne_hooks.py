@@ -92,7 +92,9 @@ The response path:
   three Python calls a header, ~8 on every answer. A name Twisted has already canonicalised
   (its cache) with a `bytes` value is now added in one, its line breaks folded as Twisted
   folds them: the same name, the same value. Anything else (a new name, a `str`) takes
-  Twisted's own path.
+  Twisted's own path. `getRawHeaders`, which Twisted calls four times a request as it parses
+  it (`Content-Type`, `Expect`, `Cookie`, `Connection`), reads a cached `bytes` name's values
+  the same way, in one Python call, not two.
 
 `daphne_hooks_install()` installs them, once (geosense/asgi.py). Two are installed whatever the
 versions: the listen backlog (through Twisted's documented endpoint strings) and the form
@@ -355,6 +357,21 @@ def _header_added(add_raw_header, canonical_names: dict):
     return add_raw_header_known
 
 
+def _headers_read(get_raw_headers, canonical_names: dict):
+    """`twisted.web.http_headers.Headers.getRawHeaders`, in one Python call for a `bytes` name in
+    Twisted's cache of canonical names (`canonical_names`): its values, or `default` when it has
+    none, as Twisted's returns them."""
+
+    def get_raw_headers_known(self, name, default=None):
+        canonical = canonical_names.get(name)
+        if canonical is None or type(name) is not bytes:
+            return get_raw_headers(self, name, default)
+        return self._rawHeaders.get(canonical) or default
+
+    get_raw_headers_known.__wrapped__ = get_raw_headers
+    return get_raw_headers_known
+
+
 class _WhenWritten(functools.partial):
     """A call of a text-making function (autobahn's `hltype`, `hlval`, `pformat`) made only if
     the log line that holds it is formatted. Built by `functools.partial` in C: three of them
@@ -552,5 +569,10 @@ def daphne_hooks_install() -> None:
     if not hasattr(http_headers.Headers.addRawHeader, "__wrapped__"):
         http_headers.Headers.addRawHeader = _header_added(
             http_headers.Headers.addRawHeader,
+            http_headers._nameEncoder._canonicalHeaderCache,
+        )
+    if not hasattr(http_headers.Headers.getRawHeaders, "__wrapped__"):
+        http_headers.Headers.getRawHeaders = _headers_read(
+            http_headers.Headers.getRawHeaders,
             http_headers._nameEncoder._canonicalHeaderCache,
         )

@@ -86,6 +86,7 @@ ASSUMED_SOURCES = {
     "WebSocketProtocol.handle_reply": "5331423b1cf2016a",
     "WebSocketProtocol.serverSend": "345f21330d2a18ce",
     "Headers.addRawHeader": "c4fe96cc1a6e7950",
+    "Headers.getRawHeaders": "72248d917adfe3b6",
     "_NameEncoder.encode": "7b453627217624ac",
     "_sanitizeLinearWhitespace": "eae40a7049d09f94",
     "txaio Logger._set_log_level": "674ffbcc3702cd37",  # a level off binds its method to `_no_op`
@@ -138,6 +139,7 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "WebSocketProtocol.handle_reply": WebSocketProtocol.handle_reply,
         "WebSocketProtocol.serverSend": WebSocketProtocol.serverSend,
         "Headers.addRawHeader": Headers.addRawHeader.__wrapped__,
+        "Headers.getRawHeaders": Headers.getRawHeaders.__wrapped__,
         "_NameEncoder.encode": _NameEncoder.encode,
         "_sanitizeLinearWhitespace": _sanitizeLinearWhitespace,
         "txaio Logger._set_log_level": txaio_tx.Logger._set_log_level,
@@ -1001,3 +1003,40 @@ def test_an_answers_head_and_first_part_go_to_the_connection_in_one_write():
         b"a\r\nevent: x\n\n\r\n"
     ]
     assert calls == ["handle_reply", "_answer_head_written", "isEnabledFor"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [b"Content-Type", b"content-type", b"x-absent", b"x-empty", "Content-Type", b"x-new-%d"],
+)
+@pytest.mark.parametrize("default", [None, ["d"]])
+def test_headers_are_read_as_twisted_reads_them(name, default):
+    """A header's values (or the default for one absent or without values), the same object
+    as Twisted's `getRawHeaders` returns, for names in its cache or not, bytes or text."""
+    if isinstance(name, bytes) and b"%d" in name:
+        name = name % id(object())  # a name Twisted has not seen
+    twisteds = Headers.getRawHeaders.__wrapped__
+    headers = Headers()
+    headers.addRawHeader(b"content-type", b"text/event-stream")
+    headers._rawHeaders[b"X-Empty"] = []
+    twisteds(Headers(), name)  # the name in Twisted's cache, as Twisted's parse leaves it
+
+    ours, theirs = headers.getRawHeaders(name, default), twisteds(headers, name, default)
+
+    assert ours == theirs
+    assert type(ours) is type(theirs)
+    if isinstance(theirs, list) and isinstance(name, bytes):
+        assert ours is theirs
+
+
+def test_a_header_twisted_knows_is_read_in_one_python_call():
+    """`getRawHeaders` and `_NameEncoder.encode`: two Python calls for each of the four headers
+    Twisted reads of every request as it parses it."""
+    headers = Headers()
+    headers.addRawHeader(b"connection", b"close")
+    headers.getRawHeaders(b"Connection")  # the name in Twisted's cache, as after a request
+
+    calls = _calls(lambda: headers.getRawHeaders(b"Connection"))
+
+    assert calls == ["get_raw_headers_known"]
+    assert headers.getRawHeaders(b"Connection") == [b"close"]
