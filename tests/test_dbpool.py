@@ -273,44 +273,30 @@ def _locals_read_and_one_set() -> list[str]:
 async def test_a_trip_moves_its_callers_locals_without_a_python_call_each():
     """asgiref's `_restore_context` made two Python calls for each `Local` of the context, on
     both sides of every trip (a turn's context holds four, ~6 trips a turn). The trip's own
-    move makes none, and a `Local` is read and set across it as with asgiref: what the call
-    set is the caller's after, what it did not set reads as before. Counted on a loop and in a
-    context of their own, on the loop's thread and in the pool's."""
+    move (`_context_restore`) makes none, on the pool's thread (the caller's context moved
+    there) and back on the loop's, and a `Local` is read and set across a trip as with
+    asgiref: what the call set is the caller's after, what it did not set reads as before.
+    Counted on a loop and in a context of their own, each move by itself (a trip's other
+    work, and other tests' trips on the pool's thread, stay out of the count)."""
+    from tests.chat.costs import python_calls_of
+
     trip = dbpool.in_db_thread(_locals_read_and_one_set)
-    profile = dbpool.in_db_thread(sys.setprofile)
 
-    async def counted() -> tuple[int, int]:
+    async def moved() -> tuple[int, int]:
         for number, local in enumerate(_locals):
             local.value = f"loop {number}"
-        await trip()  # the pool's thread started
-        for number, local in enumerate(_locals):
-            local.value = f"loop {number}"
-        await dbpool.in_db_thread(_answer)(0)
-        in_pool = [0]
-        on_loop = [0]
-
-        def count(counter: list[int]):
-            def counting(frame, event, arg):
-                counter[0] += event == "call"
-
-            return counting
-
-        await profile(count(in_pool))
-        sys.setprofile(count(on_loop))
-        try:
-            await dbpool.in_db_thread(_answer)(1)
-        finally:
-            sys.setprofile(None)
-        await profile(None)
+        context = contextvars.copy_context()
+        in_pool = await asyncio.to_thread(
+            context.run, python_calls_of, dbpool._context_restore, context
+        )
+        on_loop = python_calls_of(dbpool._context_restore, context)
         assert await trip() == [f"loop {number}" for number in range(20)]
         assert [local.value for local in _locals] == ["pool"] + [f"loop {n}" for n in range(1, 20)]
-        return in_pool[0], on_loop[0]
+        return in_pool, on_loop
 
-    in_pool, on_loop = await asyncio.to_thread(contextvars.Context().run, asyncio.run, counted())
-    # 40 more each (two a `Local`) through asgiref's `_restore_context`: 113 and 71 (the pool's
-    # count holds the ends of the trips that set and unset its profile).
-    assert in_pool < 50, in_pool
-    assert on_loop < 37, on_loop
+    in_pool, on_loop = await asyncio.to_thread(contextvars.Context().run, asyncio.run, moved())
+    # 41 each through asgiref's `_restore_context` (itself, and two a `Local`).
+    assert (in_pool, on_loop) == (1, 1)
 
 
 # What `dbpool._context_restore` stands in for (asgiref's `_restore_context`, which re-homes each
