@@ -1,7 +1,7 @@
 """One Daphne process under load: N users, each with a bound socket, running turns back to back.
 
     .venv/bin/python bench/load.py [--users 1,50,200,500] [--seconds 20] [--tree PATH] [--hold N]
-        [--rate TURNS_PER_S]
+        [--rate TURNS_PER_S] [--keep-alive]
 
 Set-up, all on loopback: a Daphne process runs GeoSense from `--tree` (default: this checkout;
 give a worktree of an older commit to measure "before" with the same script) on a fresh seeded
@@ -9,7 +9,9 @@ SQLite file, with the `openai` agent pointed at a scripted fake model (tests/fak
 of its own). This process plays N users: each has its own account, token and session, a socket
 bound to it that registers a served blocking client tool (`bench_echo`) and answers every invoke
 at once, and a loop that posts a message (`POST …/message/stream`) and reads the SSE stream to
-`turn_end`, then posts the next. The model's script: a user message → call `bench_echo`; the
+`turn_end`, then posts the next: on a new connection each turn (`Connection: close`), or with
+`--keep-alive` on the connection its previous turn used, as a browser's `fetch` reuses one (the
+server then accepts and sets up one connection a user, not one a turn). The model's script: a user message → call `bench_echo`; the
 tool's result → a short text. So every turn is two model requests and one client-tool call.
 
 Back to back, the process is saturated and a turn's latency is the queue in front of it: by
@@ -155,23 +157,67 @@ class Level:
         self.failures[why] = self.failures.get(why, 0) + 1
 
 
-async def turn_post(port: int, token: str, session: str, text: str, level: Level) -> None:
-    """One turn through the SSE endpoint, timed and checked."""
+@dataclass
+class Connection:
+    """A user's HTTP connection, kept from one turn to the next with `--keep-alive`, as a
+    browser's `fetch` keeps it; None until the first turn opens it, again once it closed."""
+
+    reader: asyncio.StreamReader | None = None
+    writer: asyncio.StreamWriter | None = None
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def body_lines(reader: asyncio.StreamReader, chunked: bool):
+    """The lines of an answer's body: de-chunked, to the last chunk (the connection is then
+    ready for the next request); without chunks, to the connection's end."""
+    if not chunked:
+        while line := await reader.readline():
+            yield line
+        return
+    pending = b""
+    while size := int((await reader.readline()).split(b";")[0], 16):
+        pending += (await reader.readexactly(size + 2))[:-2]
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line + b"\n"
+    while (await reader.readline()).strip():  # the trailer, to its empty line
+        pass
+
+
+async def turn_post(
+    port: int,
+    token: str,
+    session: str,
+    text: str,
+    level: Level,
+    kept: Connection | None = None,
+) -> None:
+    """One turn through the SSE endpoint, timed and checked: on a connection of its own
+    (`Connection: close`), or on `kept`, the user's connection, opened if it is not."""
     started = time.monotonic()
     body = json.dumps({"text": text}).encode()
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError:
-        level.http_errors += 1
-        return
+    connection = kept or Connection()
+    if connection.writer is None or connection.writer.is_closing():
+        try:
+            connection.reader, connection.writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            level.http_errors += 1
+            return
+    reader, writer = connection.reader, connection.writer
     connected = time.monotonic()
+    reusable = False
     try:
         writer.write(
             (
                 f"POST /api/sessions/{session}/message/stream HTTP/1.1\r\n"
                 f"Host: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n"
+                + ("" if kept else "Connection: close\r\n")
+                + "\r\n"
             ).encode()
             + body
         )
@@ -182,10 +228,16 @@ async def turn_post(port: int, token: str, session: str, text: str, level: Level
             level.http_errors += 1
             level.fail(f"HTTP {status}")
             return
+        headers = []
+        while (header := await reader.readline()).strip():
+            headers.append(header.lower())
+        chunked = any(h.startswith(b"transfer-encoding:") and b"chunked" in h for h in headers)
+        closing = any(h.startswith(b"connection:") and b"close" in h for h in headers)
+        lines = body_lines(reader, chunked)
         tool_seen = first_event = stamp = None
         answered = error = False
         event = ""
-        while line := await reader.readline():
+        async for line in lines:
             line = line.strip()
             if line.startswith(b"event: "):
                 event = line[7:].decode()
@@ -204,12 +256,16 @@ async def turn_post(port: int, token: str, session: str, text: str, level: Level
         else:
             level.fail("no turn_end")
             return
+        ended = time.monotonic()
+        if kept is not None and chunked and not closing:
+            async for _ in lines:  # the rest of the answer: the connection's next request follows
+                pass
+            reusable = True
         if error:
             level.fail("error event")
         elif text.startswith("tool") and not answered:
             level.fail("tool not answered")
         else:
-            ended = time.monotonic()
             level.turns.append(ended - started)
             if level.traces is not None:
                 level.traces.append(
@@ -223,10 +279,11 @@ async def turn_post(port: int, token: str, session: str, text: str, level: Level
                         "ended": ended,
                     }
                 )
-    except (OSError, ValueError, IndexError) as exc:
+    except (OSError, ValueError, IndexError, asyncio.IncompleteReadError) as exc:
         level.fail(type(exc).__name__)
     finally:
-        writer.close()
+        if not reusable:
+            connection.close()
 
 
 # The page's reconnection back-off (static/geosense/socket.js BACKOFF_MS), in seconds.
@@ -299,6 +356,7 @@ async def level_run(
     pid: int,
     rate: float | None = None,
     trace: bool = False,
+    keep_alive: bool = False,
 ) -> tuple[Level, float]:
     """One level: every user's socket at once, then `seconds` of turns. Without `rate` each
     user posts its next message as soon as its turn ends (closed loop: the process saturated).
@@ -335,9 +393,17 @@ async def level_run(
         stop_at = started + seconds
 
         async def user(token: str, session: str) -> None:
+            kept = Connection() if keep_alive else None
+            try:
+                await user_turns(token, session, kept)
+            finally:
+                if kept is not None:
+                    kept.close()
+
+        async def user_turns(token: str, session: str, kept: Connection | None) -> None:
             if rate is None:
                 while time.monotonic() < stop_at:
-                    await turn_post(port, token, session, "tool please", level)
+                    await turn_post(port, token, session, "tool please", level, kept)
                 return
             period = len(users) / rate
             due = started + random.uniform(0, period)
@@ -347,7 +413,7 @@ async def level_run(
                     await asyncio.sleep(wait)
                 else:
                     level.late += 1
-                await turn_post(port, token, session, "tool please", level)
+                await turn_post(port, token, session, "tool please", level, kept)
                 due += period
 
         await asyncio.wait_for(
@@ -360,21 +426,26 @@ async def level_run(
         await asyncio.gather(*sockets, return_exceptions=True)
 
 
-async def warm(port: int, user: tuple[str, str], turns: int) -> dict[str, float]:
+async def warm(
+    port: int, user: tuple[str, str], turns: int, keep_alive: bool = False
+) -> dict[str, float]:
     token, session = user
     ready = asyncio.Event()
     socket = asyncio.create_task(user_socket(port, token, session, ready))
+    kept = Connection() if keep_alive else None
     try:
         await asyncio.wait_for(ready.wait(), timeout=60)
         result = {}
         for kind in ("text", "tool"):
             level = Level()
             for _ in range(turns + 5):
-                await turn_post(port, token, session, f"{kind} please", level)
+                await turn_post(port, token, session, f"{kind} please", level, kept)
             assert not level.failed, level.failures
             result[kind] = statistics.median(level.turns[5:]) * 1000
         return result
     finally:
+        if kept is not None:
+            kept.close()
         socket.cancel()
         await asyncio.gather(socket, return_exceptions=True)
 
@@ -496,7 +567,11 @@ def pct(samples: list[float], fraction: float) -> float:
 
 
 async def bench(args: argparse.Namespace, port: int, pid: int, db: Path, users) -> dict:
-    report: dict[str, Any] = {"warm_ms": await warm(port, users[0], args.warm), "levels": []}
+    report: dict[str, Any] = {
+        "keep_alive": args.keep_alive,
+        "warm_ms": await warm(port, users[0], args.warm, args.keep_alive),
+        "levels": [],
+    }
     offset = 1
     for count in args.users:
         group = users[offset : offset + count]
@@ -508,7 +583,13 @@ async def bench(args: argparse.Namespace, port: int, pid: int, db: Path, users) 
         SOCKET_ERRORS.clear()
         bench_cpu = own_cpu_seconds()
         level, elapsed = await level_run(
-            port, group, args.seconds, pid, args.rate, trace=args.trace is not None
+            port,
+            group,
+            args.seconds,
+            pid,
+            args.rate,
+            trace=args.trace is not None,
+            keep_alive=args.keep_alive,
         )
         if args.trace is not None:
             with args.trace.open("a") as out:
@@ -672,6 +753,12 @@ def main() -> None:
         help="append each finished turn's moments here (JSON lines: posted, connected, status, "
         "first_event, tool_call, model_after_tool, ended; seconds on the machine's monotonic "
         "clock)",
+    )
+    parser.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help="each user keeps its HTTP connection from one turn to the next, as a browser's "
+        "fetch does (default: a connection of its own a turn, `Connection: close`)",
     )
     parser.add_argument("--fake", help=argparse.SUPPRESS)
     args = parser.parse_args()
