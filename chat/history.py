@@ -376,8 +376,13 @@ class _Gather:
 # --- the rows kept between steps -------------------------------------------------------------
 
 # The check reads at most this many rows (a row per attached context); a session whose kept
-# rows come near it is read from the database at every step, as without keeping.
-CHECK_ROWS = 2_048
+# rows come near it is read from the database at every step, as without keeping. A window is
+# bounded by tokens, not rows: at 32,000 tokens a session of short turns (a question, a call, a
+# short result, a short answer) fills ~2,000 rows, and at 2,048 here (kept windows up to 1,024
+# rows) every step of such a session read and decoded its whole window again, 45-130 ms of the
+# engine's one database thread a turn (session 31). The check's own cost is three integers a
+# row, in one statement.
+CHECK_ROWS = 8_192
 # What is kept for all sessions together, in characters of text, calls and contexts' data (the
 # least recently used go first), and at most this many sessions.
 KEPT_CHARS = 8_000_000

@@ -169,7 +169,7 @@ def assert_same_window(session_id, *, budget: int, images: bool) -> None:
 @given(
     operations=operations,
     batch=st.sampled_from([3, 5, 256]),
-    check_rows=st.sampled_from([12, 2_048]),
+    check_rows=st.sampled_from([12, history.CHECK_ROWS]),
 )
 def test_every_window_is_the_one_read_from_the_database(monkeypatch, operations, batch, check_rows):
     monkeypatch.setattr(history, "READ_BATCH", batch)
@@ -294,6 +294,38 @@ def test_a_new_sessions_first_message_is_kept_as_its_whole_session(monkeypatch):
         history.history_rows_stored(session_id=session.session.pk, messages=[message], first=True)
         assert_same_window(session.session.pk, budget=100_000, images=False)
     assert statements[1:] == [1, 3], statements  # 2 read before; the check, then the 2 reads
+
+
+def test_a_window_of_thousands_of_short_rows_is_kept_and_checked_in_one_statement(monkeypatch):
+    """A window is bounded by tokens: at 32,000 a session of short turns fills ~2,000 rows. Kept
+    only up to 1,024 rows, every step of such a session read and decoded its whole window again
+    (eight reads of 256 rows, their entries and estimates: 45-130 ms of the engine's database
+    thread a turn, session 31); kept, a step checks it in one statement."""
+    from tests.chat.costs import Costs
+
+    monkeypatch.setattr(history, "_kept", history._KeptSessions())
+    user = get_user_model().objects.get_or_create(username="short turns")[0]
+    session = ChatSession.objects.create(user=user)
+    Message.objects.bulk_create(
+        Message(session=session, turn=turn, role=role, **fields)
+        for turn in range(1, 501)
+        for role, fields in (
+            ("user", {"content": "go"}),
+            (
+                "assistant",
+                {"content": "", "tool_calls": [{"id": f"c{turn}", "name": "m", "arguments": "{}"}]},
+            ),
+            ("tool", {"content": "ok", "tool_call_id": f"c{turn}", "tool_name": "m"}),
+            ("assistant", {"content": "done"}),
+        )
+    )
+    first = history_window(session_id=session.pk, budget=100_000)
+    assert len(first.messages) == 2_000 and not first.left_out
+    with monkeypatch.context() as patched:
+        costs = Costs(patched)
+        again = history_window(session_id=session.pk, budget=100_000)
+    assert len(costs.statements) == 1, len(costs.statements)  # 16 while kept up to 1,024 rows
+    assert again.messages == first.messages
 
 
 def test_a_step_walks_its_kept_rows_without_a_python_call_for_each():
