@@ -20,7 +20,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -478,6 +478,27 @@ async def turns_settle() -> None:
         await asyncio.gather(*list(_running), return_exceptions=True)
 
 
+async def _to_its_end(work: Coroutine[Any, Any, None]) -> None:
+    """Await `work` to its end even if this task is cancelled meanwhile, then let the
+    cancellation through. `asyncio.shield` alone ends the task at once and leaves the work
+    running: a Stop that landed in a turn's finish answered "stopped" before the claim was
+    released, and a stream that saw its task done could end without `turn_end` (review 31-b
+    L6)."""
+    running = asyncio.ensure_future(work)
+    cancelled = False
+    while True:
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError:
+            if running.done():  # the work itself was cancelled, not this task
+                raise
+            cancelled = True
+            continue
+        break
+    if cancelled:
+        raise asyncio.CancelledError
+
+
 @dataclass
 class TurnRunner:
     prepared: PreparedTurn
@@ -527,7 +548,7 @@ class TurnRunner:
             self.settled = True
         except asyncio.CancelledError:
             if self.stopped:
-                await asyncio.shield(self._stopped_note())
+                await _to_its_end(self._stopped_note())
             raise
         except AgentError as exc:
             await self._note(f"{AGENT_FAILED} {exc}")
@@ -538,7 +559,7 @@ class TurnRunner:
             self._keeper.cancel()
             if self._renewal is not None:
                 self._renewal.cancel()
-            await asyncio.shield(self._finish())
+            await _to_its_end(self._finish())
 
     def _lease_keep(self) -> None:
         """Renew the claim every quarter lease while the turn runs (a long model stream or

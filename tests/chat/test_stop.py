@@ -5,6 +5,7 @@ with `turn_end`. Owner only; cookie callers need CSRF; JSON answers."""
 
 import asyncio
 import json
+import threading
 
 import pytest
 from django.test import AsyncClient
@@ -66,6 +67,42 @@ async def test_stop_mid_stream_keeps_the_text_cut_off_and_frees_the_session(
     openai_agent.reply_text("Twelve.")
     again = await start_turn(client, trusted_caller, "again")
     assert again.text == "Twelve."
+
+
+async def test_a_stop_that_lands_in_the_turns_finish_answers_once_the_session_is_released(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """Review 31-b L6: the turn's finish (release, then `turn_end`) ran shielded, so a Stop that
+    cancelled the task meanwhile ended it at once: "stopped" came back while the session was
+    still running, and a stream that saw its task done could end without `turn_end`."""
+    from chat import services
+
+    entered, gate = threading.Event(), threading.Event()
+    release = services.session_release
+
+    def slow_release(**kwargs):
+        entered.set()
+        gate.wait(10)
+        release(**kwargs)
+
+    monkeypatch.setattr(services, "session_release", slow_release)
+    openai_agent.reply_text("Done.")
+    turn = start_turn(client, trusted_caller, "hello")
+    for _ in range(500):
+        if entered.is_set():
+            break
+        await asyncio.sleep(0.01)
+    assert entered.is_set()
+    stopping = asyncio.create_task(stop(client, trusted_caller))
+    await asyncio.sleep(0.3)
+    assert not stopping.done()  # the answer waits for the release
+    gate.set()
+    assert await stopping == (200, {"status": "stopped"})
+    session = await ChatSession.objects.aget(pk=trusted_caller.session.pk)
+    assert session.turn_state == ChatSession.TurnState.IDLE
+    out = await turn
+    await turns_settle()
+    assert out.text == "Done." and out.names()[-1] == "turn_end"
 
 
 async def test_stop_while_a_served_client_tool_is_awaited_answers_the_call_and_withdraws_it(
