@@ -299,6 +299,33 @@ async def test_a_trip_moves_its_callers_locals_without_a_python_call_each():
     assert (in_pool, on_loop) == (1, 1)
 
 
+async def test_a_trip_with_locals_in_its_context_costs_the_loop_few_python_calls():
+    """The loop's side of a real trip whose caller's context holds 20 `Local`s: the trip must
+    move them with `_context_restore` (asgiref's `_restore_context` there: 71 calls, two a
+    `Local`; review 31-b M1: the count above calls the function itself, not a trip)."""
+    trip = dbpool.in_db_thread(_answer)
+
+    async def counted_trip() -> int:
+        for number, local in enumerate(_locals):
+            local.value = f"loop {number}"
+        await trip(0)  # the pool's thread started
+        calls = []
+
+        def counted(frame, event, arg):
+            if event == "call":
+                calls.append(frame.f_code.co_name)
+
+        sys.setprofile(counted)  # this thread only: this loop's
+        try:
+            assert await trip(1) == 1
+        finally:
+            sys.setprofile(None)
+        return len(calls)
+
+    calls = await asyncio.to_thread(contextvars.Context().run, asyncio.run, counted_trip())
+    assert calls < 37, calls
+
+
 # What `dbpool._context_restore` stands in for (asgiref's `_restore_context`, which re-homes each
 # `Local`'s storage with `_rehome`), and what it relies on (`_Storage`'s two slots, and a
 # `Local` reading only a storage of its own thread): a lock bump that changes any of them fails
