@@ -99,10 +99,11 @@ The response path:
 `daphne_hooks_install()` installs them, once (geosense/asgi.py). Two are installed whatever the
 versions: the listen backlog (through Twisted's documented endpoint strings) and the form
 parsing switched off (an attribute Twisted's request reads; a bound on what a request may cost
-the loop, not a saving). The others are written for Daphne 4.2.3, Twisted 26.10.0 and autobahn
-26.10.2 (`WRITTEN_FOR`, the versions uv.lock pins): with any other version installed they stay
-out (a warning says so), so an upgrade that skipped the suite runs the libraries' own code, and
-tests/test_daphne_hooks.py fails if the code they stand in for changes.
+the loop, not a saving). The others are written for Daphne 4.2.3, Twisted 26.10.0, autobahn
+26.10.2 and txaio 26.6.1 (`WRITTEN_FOR`, the versions uv.lock pins): with any other version
+installed they stay out (a warning says so), so an upgrade that skipped the suite runs the
+libraries' own code, and tests/test_daphne_hooks.py fails if the code they stand in for
+changes. The private names they read are read only then.
 """
 
 import functools
@@ -111,10 +112,12 @@ import logging
 import pprint
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import autobahn
 import daphne
 import twisted
+import txaio
 from autobahn.websocket.protocol import WebSocketProtocol as AutobahnProtocol
 from daphne.http_protocol import WebRequest
 from daphne.http_protocol import logger as daphne_logger
@@ -127,7 +130,7 @@ from twisted.web import http_headers
 from twisted.web.http import NO_BODY_CODES, HTTPChannel, Request
 from txaio import tx as txaio_tx
 
-WRITTEN_FOR = {"daphne": "4.2.3", "twisted": "26.10.0", "autobahn": "26.10.2"}
+WRITTEN_FOR = {"daphne": "4.2.3", "twisted": "26.10.0", "autobahn": "26.10.2", "txaio": "26.6.1"}
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +143,11 @@ _SOCKET_REPLY = WebSocketProtocol.handle_reply
 _SOCKET_SERVER_SEND = WebSocketProtocol.serverSend
 # Daphne's HTTP request's own dispatch, which `handle_reply` stands in for an answer's start.
 _REQUEST_REPLY = WebRequest.handle_reply
-# Twisted's cache of canonical header names (the raw name → the name it sends).
-_CANONICAL_NAMES = http_headers._nameEncoder._canonicalHeaderCache
+# Twisted's cache of canonical header names (the raw name → the name it sends): private, so
+# read by `daphne_hooks_install` once the versions are those the hooks were written for (an
+# upgrade that renamed it would otherwise stop the process from starting; review 31-b L1).
+# Empty until then: every name takes Twisted's own path.
+_CANONICAL_NAMES: dict[bytes, bytes] = {}
 # autobahn's send of a message, of a frame and of its bytes, which `handle_reply` does itself
 # for a text message where they would make one plain frame of it.
 _AUTOBAHN_SENDS = (
@@ -150,11 +156,12 @@ _AUTOBAHN_SENDS = (
     AutobahnProtocol.sendData,
 )
 _SOCKET_OPEN = AutobahnProtocol.STATE_OPEN
-# The logger `protocol.log` gives Daphne's socket protocol (autobahn's, read here without its
-# descriptor's call), and what its `debug` is while autobahn's debug lines are off: with them on,
-# a frame takes autobahn's own path, which writes `sendData`'s line.
-_AUTOBAHN_LOG = inspect.getattr_static(WebSocketProtocol, "log")
-_TXAIO_NO_OP = txaio_tx._no_op
+# The logger `protocol.log` gives Daphne's socket protocol (autobahn's, read without its
+# descriptor's call), and what its `debug` is while autobahn's debug lines are off (txaio's
+# private `_no_op`): with them on, a frame takes autobahn's own path, which writes `sendData`'s
+# line. Set by `daphne_hooks_install`, as `_CANONICAL_NAMES`.
+_AUTOBAHN_LOG: Any = None
+_TXAIO_NO_OP: Any = None
 _FRAME_HEAD_16 = struct.Struct("!BBH")
 _FRAME_HEAD_64 = struct.Struct("!BBQ")
 # Twisted's HTTP channel's `writeSequence` (its transport's), where a chunk is written as one piece.
@@ -537,6 +544,7 @@ def daphne_hooks_install() -> None:
         "daphne": daphne.__version__,
         "twisted": twisted.__version__,
         "autobahn": autobahn.__version__,
+        "txaio": txaio.__version__,
     }
     if installed != WRITTEN_FOR:
         logger.warning(
@@ -545,6 +553,10 @@ def daphne_hooks_install() -> None:
             installed,
         )
         return
+    global _CANONICAL_NAMES, _AUTOBAHN_LOG, _TXAIO_NO_OP
+    _CANONICAL_NAMES = http_headers._nameEncoder._canonicalHeaderCache
+    _AUTOBAHN_LOG = inspect.getattr_static(WebSocketProtocol, "log")
+    _TXAIO_NO_OP = txaio_tx._no_op
     # Connections.
     protocol.pformat = _when_written(pprint.pformat)
     # The module's one `pformat` that is not a log line's: its timings' text stays a text.

@@ -90,6 +90,10 @@ ASSUMED_SOURCES = {
     "_NameEncoder.encode": "7b453627217624ac",
     "_sanitizeLinearWhitespace": "eae40a7049d09f94",
     "txaio Logger._set_log_level": "674ffbcc3702cd37",  # a level off binds its method to `_no_op`
+    "txaio Logger.__get__": "8ec89199ae8faacf",  # `protocol.log` is the class's logger
+    "Headers.setRawHeaders": "0a56d26c55e15b59",  # Transfer-Encoding replaced in place, Server appended last
+    "Headers.hasHeader": "fa21ba93e0fac664",
+    "Request.setHeader": "eb86f09aeab0f711",
 }
 
 
@@ -143,6 +147,10 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "_NameEncoder.encode": _NameEncoder.encode,
         "_sanitizeLinearWhitespace": _sanitizeLinearWhitespace,
         "txaio Logger._set_log_level": txaio_tx.Logger._set_log_level,
+        "txaio Logger.__get__": txaio_tx.Logger.__get__,
+        "Headers.setRawHeaders": Headers.setRawHeaders,
+        "Headers.hasHeader": Headers.hasHeader,
+        "Request.setHeader": http.Request.setHeader,
     }
     digests = {
         name: hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16]
@@ -442,7 +450,7 @@ def test_the_hooks_are_installed_once():
     assert http_headers.Headers.addRawHeader is add_raw_header
 
 
-@pytest.mark.parametrize("library", ["daphne", "twisted", "autobahn"])
+@pytest.mark.parametrize("library", ["daphne", "twisted", "autobahn", "txaio"])
 def test_the_hooks_stay_out_of_a_library_they_were_not_written_for(monkeypatch, caplog, library):
     """All but the listen backlog (through Twisted's documented endpoint strings) and the form
     parsing's switch (an attribute Twisted's request reads)."""
@@ -457,6 +465,9 @@ def test_the_hooks_stay_out_of_a_library_they_were_not_written_for(monkeypatch, 
     monkeypatch.setattr(Headers, "addRawHeader", twisteds)
     monkeypatch.setattr(server, "serverFromString", server.serverFromString.__wrapped__)
     monkeypatch.setattr(importlib.import_module(library), "__version__", "99.0.0")
+    # A release that renamed the private names the hooks read still starts (review 31-b L1).
+    monkeypatch.delattr(txaio_tx, "_no_op")
+    monkeypatch.delattr(http_headers._nameEncoder, "_canonicalHeaderCache")
 
     daphne_hooks_install()
 
@@ -464,6 +475,22 @@ def test_the_hooks_stay_out_of_a_library_they_were_not_written_for(monkeypatch, 
     assert "not installed" in caplog.text and "99.0.0" in caplog.text
     assert server.serverFromString(object(), "tcp:port=0")._backlog == LISTEN_BACKLOG
     assert WebRequest.__init__.without_form_parsing
+
+
+def test_the_module_reads_no_private_name_of_the_libraries_when_imported():
+    """Review 31-b L1: Twisted's canonical-names cache (and txaio's `_no_op`) were read as the
+    module was imported, before the versions' check: a release that renamed one would have
+    stopped the process from starting instead of serving without the hooks."""
+    import subprocess
+    import sys
+
+    code = (
+        "from twisted.web import http_headers; "
+        "del http_headers._nameEncoder._canonicalHeaderCache; "
+        "import geosense.daphne_hooks"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_body_message_to_a_socket_is_its_protocols_to_refuse(monkeypatch):
