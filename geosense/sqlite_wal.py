@@ -90,7 +90,9 @@ class WalFlusher(threading.Thread):
         if written == self._synced:
             return
         (getattr(os, "fdatasync", None) or os.fsync)(self._fd)  # macOS has no fdatasync
-        # Read before the sync: a write meanwhile changes them, and the next flush syncs again.
+        # Read before the sync: a write meanwhile changes them, and the next flush syncs again,
+        # unless it lands in the same timestamp tick without growing the file (a restarted WAL
+        # on a filesystem with coarse timestamps): the checkpoint's own fsync then writes it.
         self._synced = written
 
     def stop(self) -> None:
