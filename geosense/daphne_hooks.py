@@ -332,6 +332,8 @@ def _answer_started(request, message: dict) -> None:
     headers = request.responseHeaders
     raw = headers._rawHeaders
     for name, value in message.get("headers", {}):
+        # `add_raw_header_known`'s two lines (`_header_added`), a Python call a header fewer:
+        # a fix to one is a fix to both.
         canonical = _CANONICAL_NAMES.get(name)
         if canonical is None or type(value) is not bytes:
             headers.addRawHeader(name, value)

@@ -1,8 +1,6 @@
 """geosense/daphne_hooks.py: connections, answers and frames through Daphne, Twisted and autobahn
 with fewer Python calls, and the same bytes; Daphne's listen backlog."""
 
-import hashlib
-import inspect
 import logging
 import socket
 import sys
@@ -23,6 +21,7 @@ from txaio import tx as txaio_tx
 import geosense.asgi  # noqa: F401  (the process's set-up, as Daphne imports it)
 from geosense.daphne_hooks import _SOCKET_REPLY, LISTEN_BACKLOG
 from tests.autobahn_socket import socket_opened
+from tests.source_pins import source_digests
 
 
 class Channel:
@@ -152,11 +151,7 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "Headers.hasHeader": Headers.hasHeader,
         "Request.setHeader": http.Request.setHeader,
     }
-    digests = {
-        name: hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16]
-        for name, function in originals.items()
-    }
-    assert digests == ASSUMED_SOURCES
+    assert source_digests(originals) == ASSUMED_SOURCES
 
 
 def test_a_middle_chunk_goes_to_twisteds_write_without_daphnes_dispatch():

@@ -1033,19 +1033,14 @@ CHANNELS_SOURCES = {
 
 
 def test_a_text_frames_way_is_the_one_channels_dispatch_would_take():
-    import hashlib
-    import inspect
-
     from channels.consumer import get_handler_name
     from channels.generic.websocket import AsyncWebsocketConsumer
+
+    from tests.source_pins import source_digests
 
     originals = {
         "AsyncWebsocketConsumer.websocket_receive": AsyncWebsocketConsumer.websocket_receive,
         "get_handler_name": get_handler_name,
     }
-    digests = {
-        name: hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16]
-        for name, function in originals.items()
-    }
-    assert digests == CHANNELS_SOURCES
+    assert source_digests(originals) == CHANNELS_SOURCES
     assert get_handler_name({"type": "websocket.receive"}) == "websocket_receive"
