@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.daphne_server import BASE_DIR, SERVE, start_server
+from tests.browser.daphne_server import BASE_DIR, SERVE, manage, server_env, start_server
 
 PROBE = """
 import sys
@@ -92,3 +92,36 @@ def test_without_uvloop_the_launcher_says_so_and_serves_on_asyncios_loop(tmp_pat
     )
     assert result.stdout.split() == ["False", "asyncio.unix_events", "True"]
     assert "uvloop is not installed: serving on asyncio's loop" in result.stderr
+
+
+def test_a_server_with_debug_off_sends_the_security_headers(tmp_path):
+    """With DEBUG off (as deployed, and as the benches serve) Django's handler sets the
+    Content-Security-Policy itself instead of a wrapper of `send` (04dc98c): checked on a live
+    process, on a page and on an API answer, as the browser tests check it with DEBUG on."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    db = tmp_path / "db.sqlite3"
+    manage("migrate", "--noinput", env=server_env(db_path=db))
+    server = start_server(
+        db_path=db,
+        log_path=tmp_path / "log",
+        extra_env={"DEBUG": "0", "ALLOWED_HOSTS": "127.0.0.1"},
+    )
+    try:
+        with urllib.request.urlopen(f"{server.url}/accounts/login/", timeout=10) as page:
+            page_headers = page.headers
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{server.url}/api/sessions", timeout=10)
+        api_headers = refused.value.headers
+        api_body = json.loads(refused.value.read())
+    finally:
+        server.stop()
+    assert refused.value.code in (401, 403) and "error" in api_body
+    for headers in (page_headers, api_headers):
+        csp = headers["Content-Security-Policy"]
+        assert csp and "default-src 'self'" in csp and "script-src 'self'" in csp
+        assert headers["X-Frame-Options"] == "DENY"
+        assert headers["X-Content-Type-Options"] == "nosniff"
+        assert headers.get_all("Content-Security-Policy") == [csp]  # set once
