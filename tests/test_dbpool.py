@@ -153,14 +153,17 @@ async def test_a_module_functions_trips_share_one_wrapper(monkeypatch):
     assert len(made) - before_closures == 2
 
 
-async def test_a_trip_costs_the_event_loop_few_python_calls():
-    """About ten trips a turn: through asgiref's `SyncToAsync` (its context and thread-sensitive
-    lookups, the shield, `wrap_future`'s chained futures) a trip was 99 Python calls on the
-    loop, a fifth of its CPU at 200 users. Counted on a loop and in a context of their own."""
+def _loop_calls_of_a_trip(locals_set: bool = False) -> tuple[int, list[str]]:
+    """A trip's answer and the Python calls on its caller's loop, counted on a loop and in a
+    context of their own (with `locals_set`, holding 20 asgiref `Local`s), the pool's thread
+    started by a trip before."""
     trip = dbpool.in_db_thread(_answer)
 
     async def counted_trip() -> tuple[int, list[str]]:
-        await trip(0)  # the pool's thread started
+        if locals_set:
+            for number, local in enumerate(_locals):
+                local.value = f"loop {number}"
+        await trip(0)
         calls = []
 
         def counted(frame, event, arg):
@@ -174,10 +177,16 @@ async def test_a_trip_costs_the_event_loop_few_python_calls():
             sys.setprofile(None)
         return answer, calls
 
+    return contextvars.Context().run(asyncio.run, counted_trip())
+
+
+async def test_a_trip_costs_the_event_loop_few_python_calls():
+    """About ten trips a turn: through asgiref's `SyncToAsync` (its context and thread-sensitive
+    lookups, the shield, `wrap_future`'s chained futures) a trip was 99 Python calls on the
+    loop, a fifth of its CPU at 200 users."""
     # A context of its own: a trip restores each asgiref `Local` of its caller's context (two
     # calls each), and the tests before this one leave ~50 in the shared one (CI counted 193).
-    fresh = contextvars.Context()
-    answer, calls = await asyncio.to_thread(fresh.run, asyncio.run, counted_trip())
+    answer, calls = await asyncio.to_thread(_loop_calls_of_a_trip)
     assert answer == 1
     # 37-43 through `ThreadPoolExecutor` (its Future, Condition, RLock, work item, semaphore),
     # 28-30 now.
@@ -301,29 +310,11 @@ async def test_a_trip_moves_its_callers_locals_without_a_python_call_each():
 
 async def test_a_trip_with_locals_in_its_context_costs_the_loop_few_python_calls():
     """The loop's side of a real trip whose caller's context holds 20 `Local`s: the trip must
-    move them with `_context_restore` (asgiref's `_restore_context` there: 71 calls, two a
+    move them with `_context_restore` (asgiref's `_restore_context` there: 68 calls, two a
     `Local`; review 31-b M1: the count above calls the function itself, not a trip)."""
-    trip = dbpool.in_db_thread(_answer)
-
-    async def counted_trip() -> int:
-        for number, local in enumerate(_locals):
-            local.value = f"loop {number}"
-        await trip(0)  # the pool's thread started
-        calls = []
-
-        def counted(frame, event, arg):
-            if event == "call":
-                calls.append(frame.f_code.co_name)
-
-        sys.setprofile(counted)  # this thread only: this loop's
-        try:
-            assert await trip(1) == 1
-        finally:
-            sys.setprofile(None)
-        return len(calls)
-
-    calls = await asyncio.to_thread(contextvars.Context().run, asyncio.run, counted_trip())
-    assert calls < 37, calls
+    answer, calls = await asyncio.to_thread(_loop_calls_of_a_trip, True)
+    assert answer == 1
+    assert len(calls) < 37, " ".join(calls)
 
 
 # What `dbpool._context_restore` stands in for (asgiref's `_restore_context`, which re-homes each

@@ -78,7 +78,8 @@ def long_session(turns: int) -> ChatSession:
     return session
 
 
-def test_the_repair_reads_the_latest_turns_only_and_still_repairs_them():
+def session_with_a_lost_call() -> ChatSession:
+    """A session of 300 turns whose last left a call without a result."""
     session = long_session(300)
     Message.objects.create(
         session=session,
@@ -86,6 +87,11 @@ def test_the_repair_reads_the_latest_turns_only_and_still_repairs_them():
         role="assistant",
         tool_calls=[{"id": "lost", "name": "measure", "arguments": "{}"}],
     )
+    return session
+
+
+def test_the_repair_reads_the_latest_turns_only_and_still_repairs_them():
+    session = session_with_a_lost_call()
     with rows_counted() as read:
         assert services.history_repair(session_id=session.pk) == 1
     assert read[0] < 20, f"{read[0]} rows read for a repair of one turn"
@@ -100,13 +106,7 @@ def test_a_new_messages_facts_read_gives_the_repair_the_latest_turns_in_its_own_
     latest turns' results and calls: the repair takes those (no statement of its own) and
     still repairs only what is left without a result; a session with no message yet gives
     none."""
-    session = long_session(300)
-    Message.objects.create(
-        session=session,
-        turn=300,
-        role="assistant",
-        tool_calls=[{"id": "lost", "name": "measure", "arguments": "{}"}],
-    )
+    session = session_with_a_lost_call()
     services.session_turn_facts(session_id=session.pk)  # compiled by the first read
     with monkeypatch.context() as patched:
         costs = Costs(patched)
