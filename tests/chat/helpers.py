@@ -68,6 +68,22 @@ async def post_stream(
     return Streamed(status=response.status_code, events=sse_parse(raw))
 
 
+async def scripted_stream(client: AsyncClient, caller: Any, monkeypatch: Any, launch: Any):
+    """POST a message to `caller`'s session with the turn's engine replaced by `launch` (a
+    scripted turn emitting events to its listener): the answer's chunks as text, as they come."""
+    import chat.api
+
+    monkeypatch.setattr(chat.api, "turn_launch", launch)
+    response = await client.post(
+        caller.url("/message/stream"),
+        data=json.dumps({"text": "hi"}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {caller.token}"},
+    )
+    async for chunk in response.streaming_content:
+        yield chunk if isinstance(chunk, str) else chunk.decode()
+
+
 def history_is_valid(history: list[dict[str, Any]]) -> bool:
     """Every assistant tool call has exactly one tool result after it, and no result is orphaned."""
     expected: list[str] = []

@@ -11,6 +11,7 @@ from chat import services
 from chat.events import EventSink
 from geosense import wire
 from tests.chat.costs import python_calls
+from tests.chat.helpers import scripted_stream
 from tests.chat.test_consumer_turns import tab
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -82,7 +83,6 @@ async def _streamed(
 ) -> list[str]:
     """The chunks of a streamed turn whose engine emits `deltas` text deltas, one a loop round
     (or `pause` seconds) apart, then `turn_end` (unless not `end`)."""
-    import chat.api
 
     def launch(prepared, *, listener):
         async def turn():
@@ -96,15 +96,8 @@ async def _streamed(
 
         return asyncio.create_task(turn())
 
-    monkeypatch.setattr(chat.api, "turn_launch", launch)
-    response = await client.post(
-        caller.url("/message/stream"),
-        data=json.dumps({"text": "hi"}),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {caller.token}"},
-    )
     try:
-        return [chunk.decode() async for chunk in response.streaming_content]
+        return [chunk async for chunk in scripted_stream(client, caller, monkeypatch, launch)]
     finally:
         await asyncio.to_thread(services.session_release, session_id=caller.session.pk)
 

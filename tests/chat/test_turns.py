@@ -9,7 +9,12 @@ import pytest
 from chat import services
 from chat.models import ChatSession, ClientToolRegistration, Message
 from chat.turns import turns_settle
-from tests.chat.helpers import history_is_valid, post_stream, stored_history_is_valid
+from tests.chat.helpers import (
+    history_is_valid,
+    post_stream,
+    scripted_stream,
+    stored_history_is_valid,
+)
 from tools.registry import BackendTool, ToolError, backend_tools_added
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -201,7 +206,6 @@ async def test_events_queued_together_go_out_in_one_chunk(client, trusted_caller
     chunk, `: ok`, takes along what the turn's first step emitted (its `turn_start`): a
     chunk fewer per turn; and the turn's `message` waits for the `turn_end` that follows it
     once the claim is released (a trip later): another."""
-    import chat.api
     from geosense.wire import TurnEvent
 
     def launch(prepared, *, listener):
@@ -215,14 +219,7 @@ async def test_events_queued_together_go_out_in_one_chunk(client, trusted_caller
 
         return asyncio.create_task(turn())
 
-    monkeypatch.setattr(chat.api, "turn_launch", launch)
-    response = await client.post(
-        trusted_caller.url("/message/stream"),
-        data=json.dumps({"text": "hi"}),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {trusted_caller.token}"},
-    )
-    chunks = [c if isinstance(c, str) else c.decode() async for c in response.streaming_content]
+    chunks = [c async for c in scripted_stream(client, trusted_caller, monkeypatch, launch)]
 
     assert chunks == [
         ': ok\n\nevent: turn_start\ndata: {"n": "turn_start"}\n\n',
@@ -259,17 +256,10 @@ async def test_a_message_held_for_its_turn_end_goes_out_by_the_next_keep_alive(
 
         return asyncio.create_task(turn())
 
-    monkeypatch.setattr(chat.api, "turn_launch", launch)
     monkeypatch.setattr(chat.api, "KEEPALIVE_SECONDS", keepalive)
-    response = await client.post(
-        trusted_caller.url("/message/stream"),
-        data=json.dumps({"text": "hi"}),
-        content_type="application/json",
-        headers={"Authorization": f"Bearer {trusted_caller.token}"},
-    )
     chunks = []
-    async for chunk in response.streaming_content:
-        chunks.append(chunk if isinstance(chunk, str) else chunk.decode())
+    async for chunk in scripted_stream(client, trusted_caller, monkeypatch, launch):
+        chunks.append(chunk)
         if len(chunks) == 2:
             released.set()  # the release goes through once the answer is out
 
