@@ -19,6 +19,14 @@ Connections:
   handling of full buffers, producers and lost connections stay its own. That holds for
   `writeSequence` too, which is how Twisted writes an HTTP answer's headers and each chunk
   of a chunked body (an SSE stream's every event): its pieces go out in one `send`.
+- Twisted closes a connection (an HTTP answer's end: every turn's stream, as each comes on
+  a connection of its own) in the reactor's next round, once what is queued is written: the
+  socket registered for writability (a new watcher: an `ioctl`, two `epoll_ctl`), a loop
+  round, an empty `send`, then unregistered (an `epoll_ctl`), ~15 Python calls. With nothing
+  queued (every write was sent at once, above) the HTTP channel's connection is now closed at
+  once, as that round would close it (`_closed_at_once`: what Twisted itself does for a
+  connection that can no longer write); anything queued, a producer, TLS or a half-close takes
+  Twisted's own path.
 - Twisted parses the body of every POST whose `Content-Type` is a form into `request.args`
   (the type itself through `email`'s header parser, ~0.2 ms; a multipart body whole, on the
   event loop, before any limit of Django's applies). Daphne never reads `args`: it hands the
@@ -124,8 +132,8 @@ from daphne.http_protocol import logger as daphne_logger
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketProtocol
 from daphne.ws_protocol import logger as daphne_socket_logger
-from twisted.internet import asyncioreactor
-from twisted.python import log
+from twisted.internet import asyncioreactor, error, tcp
+from twisted.python import failure, log
 from twisted.web import http_headers
 from twisted.web.http import NO_BODY_CODES, HTTPChannel, Request
 from txaio import tx as txaio_tx
@@ -460,6 +468,48 @@ def _sequence_sent_at_once(write_sequence):
     return write_sequence_now
 
 
+# The reason a connection closed in order is lost with, shared as the reactor shares its own
+# (`PosixReactorBase._disconnectSelectable`'s).
+_CONNECTION_DONE = failure.Failure(error.ConnectionDone())
+
+
+def _closed_at_once(lose_connection):
+    """Twisted's `HTTPChannel.loseConnection` (its producer unregistered, then its transport's
+    `loseConnection`), a TCP connection with nothing queued closed at once: what
+    `FileDescriptor.loseConnection` asks the reactor's next write round for, `doWrite` with
+    nothing to write and the reactor's `_disconnectSelectable` (reading and writing stopped, the
+    connection lost as done), without the round, its watcher and its empty `send`. Anything
+    else (TLS, something queued, a producer, a half-close, a connection closing or closed, a
+    transport not Twisted's TCP server's) takes Twisted's path."""
+
+    def lose_connection_now(self) -> None:
+        transport = self.transport
+        if (
+            type(transport) is not tcp.Server
+            or self._networkProducer is not transport
+            or transport.TLS
+            or not transport.connected
+            or transport.disconnecting
+            or transport._writeDisconnecting
+            or transport._writeDisconnected
+            or transport._tempDataBuffer
+            or transport.offset != len(transport.dataBuffer)
+            or transport.producer is not self
+        ):
+            lose_connection(self)
+            return
+        # `unregisterProducer` (its connection not yet disconnecting: no write round asked).
+        transport.producer = None
+        # `loseConnection`, then the write round's `doWrite` and `_disconnectSelectable`.
+        transport.stopReading()
+        transport.disconnecting = 1
+        transport.stopWriting()
+        transport.connectionLost(_CONNECTION_DONE)
+
+    lose_connection_now.__wrapped__ = lose_connection
+    return lose_connection_now
+
+
 def _without_form_parsing(init):
     """`daphne.http_protocol.WebRequest.__init__`, its request told not to parse form bodies
     (Twisted's `parsePOSTFormSubmission`)."""
@@ -533,7 +583,6 @@ def daphne_hooks_install() -> None:
     from autobahn.websocket import protocol
     from daphne import http_protocol, server
     from daphne.http_protocol import HTTPFactory, WebRequest
-    from twisted.internet import tcp
     from twisted.python.deprecate import _ModuleProxy
 
     if not getattr(server.serverFromString, "with_backlog", False):
@@ -573,6 +622,8 @@ def daphne_hooks_install() -> None:
     if type(http_protocol.http) is _ModuleProxy:
         http_protocol.http = object.__getattribute__(http_protocol.http, "_module")
     WebRequest.__hash__ = object.__hash__
+    if not hasattr(HTTPChannel.loseConnection, "__wrapped__"):
+        HTTPChannel.loseConnection = _closed_at_once(HTTPChannel.loseConnection)
     if not getattr(HTTPFactory.startFactory, "access_line_only_if_kept", False):
         HTTPFactory.startFactory = _access_line_only_if_kept(HTTPFactory.startFactory)
     # The response path.

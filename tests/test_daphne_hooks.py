@@ -12,8 +12,8 @@ from autobahn.websocket.protocol import WebSocketProtocol as AutobahnProtocol
 from daphne.http_protocol import WebRequest
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketProtocol
-from twisted.internet import abstract, asyncioreactor, tcp
-from twisted.python import log
+from twisted.internet import abstract, asyncioreactor, error, posixbase, tcp
+from twisted.python import failure, log
 from twisted.web import http, http_headers
 from twisted.web.http_headers import Headers, InvalidHeaderName
 from txaio import tx as txaio_tx
@@ -93,6 +93,14 @@ ASSUMED_SOURCES = {
     "Headers.setRawHeaders": "0a56d26c55e15b59",  # Transfer-Encoding replaced in place, Server appended last
     "Headers.hasHeader": "fa21ba93e0fac664",
     "Request.setHeader": "eb86f09aeab0f711",
+    # An answered connection's close, at once where nothing is queued:
+    "HTTPChannel.loseConnection": "ad10d919b228424b",
+    "tcp ConnectionMixin.loseConnection": "fc4b216ae210b045",
+    "FileDescriptor.loseConnection": "e13b8468f05208ae",
+    "FileDescriptor.doWrite": "a986d7b1b1054e43",
+    "FileDescriptor._postLoseConnection": "684e97f94f7e5041",
+    "FileDescriptor.unregisterProducer": "5f09066c8d7f05b0",
+    "PosixReactorBase._disconnectSelectable": "9d6de0e555ea44fe",
 }
 
 
@@ -150,6 +158,13 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "Headers.setRawHeaders": Headers.setRawHeaders,
         "Headers.hasHeader": Headers.hasHeader,
         "Request.setHeader": http.Request.setHeader,
+        "HTTPChannel.loseConnection": http.HTTPChannel.loseConnection.__wrapped__,
+        "tcp ConnectionMixin.loseConnection": tcp.Server.loseConnection,
+        "FileDescriptor.loseConnection": abstract.FileDescriptor.loseConnection,
+        "FileDescriptor.doWrite": abstract.FileDescriptor.doWrite,
+        "FileDescriptor._postLoseConnection": tcp.Server._postLoseConnection,
+        "FileDescriptor.unregisterProducer": abstract.FileDescriptor.unregisterProducer,
+        "PosixReactorBase._disconnectSelectable": posixbase.PosixReactorBase._disconnectSelectable,
     }
     assert source_digests(originals) == ASSUMED_SOURCES
 
@@ -1062,3 +1077,99 @@ def test_a_header_twisted_knows_is_read_in_one_python_call():
 
     assert calls == ["get_raw_headers_known"]
     assert headers.getRawHeaders(b"Connection") == [b"close"]
+
+
+# --- an answered connection's close ----------------------------------------------------------
+
+
+class _Reactor:
+    """What a Twisted connection asks of its reactor, in order."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def addReader(self, reader):
+        self.asked.append("addReader")
+
+    def removeReader(self, reader):
+        self.asked.append("removeReader")
+
+    def addWriter(self, writer):
+        self.asked.append("addWriter")
+
+    def removeWriter(self, writer):
+        self.asked.append("removeWriter")
+
+
+@contextmanager
+def _http_served():
+    """An HTTP channel on a TCP connection Twisted's server side accepted (`tcp.Server`, its
+    reactor `_Reactor`), the client's socket, and the reasons the channel was told it lost
+    the connection for."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        with socket.create_connection(listener.getsockname()) as client:
+            accepted, address = listener.accept()
+            accepted.setblocking(False)
+            channel = http.HTTPChannel()
+            channel.timeOut = None
+            transport = tcp.Server(accepted, channel, address, None, 1, _Reactor())
+            channel.makeConnection(transport)
+            lost: list = []
+            channel.connectionLost = lost.append
+            client.settimeout(5)
+            yield channel, transport, client, lost
+
+
+def _received_to_the_end(client: socket.socket) -> bytes:
+    received = b""
+    while chunk := client.recv(4096):
+        received += chunk
+    return received
+
+
+def test_an_answered_connection_with_nothing_queued_is_closed_at_once():
+    """Twisted closed a connection (every turn's stream, each on a connection of its own) in
+    its reactor's next write round: the socket watched for writability, a round, an empty
+    `send`, unwatched. With nothing queued it is closed at once, as that round closes it:
+    reading stopped, the channel told the connection is done, the socket shut down."""
+    with _http_served() as (channel, transport, client, lost):
+        transport.write(b"HTTP/1.1 200 OK\r\n\r\n")  # sent at once: nothing left queued
+        transport.reactor.asked.clear()
+        channel.loseConnection()
+
+        assert transport.reactor.asked == ["removeReader", "removeWriter"] * 2
+        assert [reason.type for reason in lost] == [error.ConnectionDone]
+        assert (transport.connected, transport.disconnected, transport.disconnecting) == (0, 1, 1)
+        assert transport.producer is None
+        assert _received_to_the_end(client) == b"HTTP/1.1 200 OK\r\n\r\n"
+
+
+def test_a_connection_with_something_queued_is_closed_by_twisteds_write_round():
+    with _http_served() as (channel, transport, client, lost):
+        abstract.FileDescriptor.write(transport, b"queued")
+        transport.reactor.asked.clear()
+        channel.loseConnection()
+
+        assert transport.reactor.asked == ["removeReader", "addWriter"]
+        assert lost == []
+        why = transport.doWrite()  # the round: what is queued sent, then the close
+        assert isinstance(why, error.ConnectionDone)
+        transport.connectionLost(failure.Failure(why))
+        assert [reason.type for reason in lost] == [error.ConnectionDone]
+        assert _received_to_the_end(client) == b"queued"
+
+
+def test_an_answered_connections_close_costs_few_python_calls():
+    """Twisted's close of a connection with nothing queued: `loseConnection` (the channel's,
+    the transport's, its producer's release, `stopReading`, `startWriting`), then a round's
+    `doWrite` (`writeSomeData`, `untilConcludes`, `stopWriting`, `_postLoseConnection`) and
+    the reactor's `_disconnectSelectable` before the connection's own `connectionLost`, and
+    their reactor calls."""
+    with _http_served() as (channel, _transport, _client, lost):
+        calls = _calls(channel.loseConnection)
+
+    assert [reason.type for reason in lost] == [error.ConnectionDone]
+    # 28 Python calls of Twisted's by its path (the reactor's own besides), 16 now: the
+    # connection's own `connectionLost` (the rest) is the same either way.
+    assert calls[:4] == ["lose_connection_now", "stopReading", "stopWriting", "connectionLost"]
+    assert "doWrite" not in calls and "startWriting" not in calls
