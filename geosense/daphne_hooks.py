@@ -103,6 +103,14 @@ The response path:
   Twisted's own path. `getRawHeaders`, which Twisted calls four times a request as it parses
   it (`Content-Type`, `Expect`, `Cookie`, `Connection`), reads a cached `bytes` name's values
   the same way, in one Python call, not two.
+- `header_received_known`, Twisted's `HTTPChannel.headerReceived`: each header line of every
+  request was split, its name canonicalised (`encode`), checked for a length
+  (`_maybeChooseTransferDecoder`) and added (`addRawHeader`): four Python calls a header, ~5
+  headers a request. A name Twisted has already canonicalised that does not set the body's
+  length (not `Content-Length`, `Transfer-Encoding`), with a value Twisted takes (no NUL, CR
+  or LF), is now added in one, with the same checks and the same header count and limit;
+  anything else (a new name, a length, a value or line Twisted answers 400) takes Twisted's
+  own path.
 
 `daphne_hooks_install()` installs them, once (geosense/asgi.py). Two are installed whatever the
 versions: the listen backlog (through Twisted's documented endpoint strings) and the form
@@ -389,6 +397,39 @@ def _headers_read(get_raw_headers, canonical_names: dict):
     return get_raw_headers_known
 
 
+# The headers that choose a request body's decoder (`HTTPChannel._maybeChooseTransferDecoder`).
+_LENGTH_HEADERS = frozenset({b"Content-Length", b"Transfer-Encoding"})
+
+
+def _header_line_read(header_received, canonical_names: dict):
+    """`twisted.web.http.HTTPChannel.headerReceived`, in one Python call for a header whose name
+    is in Twisted's cache of canonical names (`canonical_names`) and does not set the body's
+    length, with a value Twisted takes."""
+
+    def header_received_known(self, line: bytes) -> bool:
+        name, colon, value = line.partition(b":")
+        canonical = canonical_names.get(name)
+        if canonical is None or not colon or canonical in _LENGTH_HEADERS:
+            return header_received(self, line)
+        value = value.strip(b" \t")
+        headers = self.requests[-1].requestHeaders
+        if (
+            len(value.translate(None, b"\x00\r\n")) != len(value)
+            or type(headers) is not http_headers.Headers
+        ):
+            return header_received(self, line)
+        # `addRawHeader` (a value without line breaks is what its folding makes of it).
+        headers._rawHeaders.setdefault(canonical, []).append(value)
+        self._receivedHeaderCount += 1
+        if self._receivedHeaderCount > self.maxHeaders:
+            self._respondToBadRequestAndDisconnect()
+            return False
+        return True
+
+    header_received_known.__wrapped__ = header_received
+    return header_received_known
+
+
 class _WhenWritten(functools.partial):
     """A call of a text-making function (autobahn's `hltype`, `hlval`, `pformat`) made only if
     the log line that holds it is formatted. Built by `functools.partial` in C: three of them
@@ -635,6 +676,10 @@ def daphne_hooks_install() -> None:
         http_headers.Headers.addRawHeader = _header_added(
             http_headers.Headers.addRawHeader,
             http_headers._nameEncoder._canonicalHeaderCache,
+        )
+    if not hasattr(HTTPChannel.headerReceived, "__wrapped__"):
+        HTTPChannel.headerReceived = _header_line_read(
+            HTTPChannel.headerReceived, http_headers._nameEncoder._canonicalHeaderCache
         )
     if not hasattr(http_headers.Headers.getRawHeaders, "__wrapped__"):
         http_headers.Headers.getRawHeaders = _headers_read(

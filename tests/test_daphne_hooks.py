@@ -93,6 +93,8 @@ ASSUMED_SOURCES = {
     "Headers.setRawHeaders": "0a56d26c55e15b59",  # Transfer-Encoding replaced in place, Server appended last
     "Headers.hasHeader": "fa21ba93e0fac664",
     "Request.setHeader": "eb86f09aeab0f711",
+    "HTTPChannel.headerReceived": "c5cb8e0dd2fe0b44",  # a request's header line, in one call where it knows it
+    "HTTPChannel._maybeChooseTransferDecoder": "3b92d266a3c7bd2c",
     # An answered connection's close, at once where nothing is queued:
     "HTTPChannel.loseConnection": "ad10d919b228424b",
     "tcp ConnectionMixin.loseConnection": "fc4b216ae210b045",
@@ -158,6 +160,8 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "Headers.setRawHeaders": Headers.setRawHeaders,
         "Headers.hasHeader": Headers.hasHeader,
         "Request.setHeader": http.Request.setHeader,
+        "HTTPChannel.headerReceived": http.HTTPChannel.headerReceived.__wrapped__,
+        "HTTPChannel._maybeChooseTransferDecoder": http.HTTPChannel._maybeChooseTransferDecoder,
         "HTTPChannel.loseConnection": http.HTTPChannel.loseConnection.__wrapped__,
         "tcp ConnectionMixin.loseConnection": tcp.Server.loseConnection,
         "FileDescriptor.loseConnection": abstract.FileDescriptor.loseConnection,
@@ -1077,6 +1081,78 @@ def test_a_header_twisted_knows_is_read_in_one_python_call():
 
     assert calls == ["get_raw_headers_known"]
     assert headers.getRawHeaders(b"Connection") == [b"close"]
+
+
+HEADER_LINES = [
+    b"Content-Type: application/json",
+    b"content-type:application/json",  # the name as clients spell it, no space
+    b"Authorization:  Bearer abc \t",  # whitespace stripped as Twisted strips it
+    b"X-Empty:",
+    b"X-Colons: a:b:c",
+    b"Content-Length: 12",  # lengths choose the body's decoder: Twisted's path
+    b"Content-Length: x",
+    b"Transfer-Encoding: chunked",
+    b"X-Nul: a\x00b",  # Twisted answers 400
+    b"X-Cr: a\rb",
+    b"no colon",
+    b"Bad Name: x",
+    b"X-Never-Seen-Before-By-Twisted: 1",
+]
+
+
+def _channel_reading(twisteds: bool) -> tuple[http.HTTPChannel, list]:
+    """An HTTP channel parsing a request's headers, what it writes (a 400) in `written`."""
+    channel = http.HTTPChannel()
+    written: list = []
+    channel.transport = type(
+        "Transport",
+        (),
+        {"write": written.append, "getPeer": Channel.getPeer, "getHost": Channel.getHost},
+    )()
+    channel.requests.append(http.Request(channel))
+    channel.loseConnection = lambda: written.append("closed")
+    if twisteds:
+        channel.headerReceived = http.HTTPChannel.headerReceived.__wrapped__.__get__(channel)
+    return channel, written
+
+
+@pytest.mark.parametrize("line", HEADER_LINES)
+def test_a_header_line_is_read_as_twisted_reads_it(line):
+    for name in (b"Content-Type", b"content-type", b"Authorization", b"X-Empty", b"X-Colons"):
+        Headers().addRawHeader(name, b"")  # the names in Twisted's cache, as after a request
+    ours, ours_written = _channel_reading(twisteds=False)
+    theirs, theirs_written = _channel_reading(twisteds=True)
+
+    assert ours.headerReceived(line) == theirs.headerReceived(line)
+    assert ours.requests[-1].requestHeaders == theirs.requests[-1].requestHeaders
+    assert ours_written == theirs_written
+    assert (ours.length, ours._receivedHeaderCount) == (theirs.length, theirs._receivedHeaderCount)
+    assert type(ours._transferDecoder) is type(theirs._transferDecoder)
+
+
+def test_a_request_past_its_header_limit_is_refused_as_twisted_refuses_it():
+    Headers().addRawHeader(b"X-Many", b"")
+    ours, ours_written = _channel_reading(twisteds=False)
+    theirs, theirs_written = _channel_reading(twisteds=True)
+    ours.maxHeaders = theirs.maxHeaders = 2
+
+    assert [ours.headerReceived(b"X-Many: 1") for _ in range(3)] == [True, True, False]
+    assert [theirs.headerReceived(b"X-Many: 1") for _ in range(3)] == [True, True, False]
+    assert ours_written == theirs_written != []
+
+
+def test_a_header_line_twisted_knows_is_read_in_one_python_call():
+    """`headerReceived`, `_NameEncoder.encode`, `_maybeChooseTransferDecoder` and
+    `addRawHeader`: four Python calls for each header of every request."""
+    Headers().addRawHeader(b"content-type", b"")
+    channel, _written = _channel_reading(twisteds=False)
+
+    calls = _calls(lambda: channel.headerReceived(b"content-type: application/json"))
+
+    assert calls == ["header_received_known"]
+    assert channel.requests[-1].requestHeaders.getRawHeaders(b"content-type") == [
+        b"application/json"
+    ]
 
 
 # --- an answered connection's close ----------------------------------------------------------
