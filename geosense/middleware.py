@@ -210,6 +210,18 @@ class XFrameOptionsMiddleware(AsyncNative, clickjacking.XFrameOptionsMiddleware)
         return response
 
 
+def _lazy(func: Callable[[], Any]) -> SimpleLazyObject:
+    """`SimpleLazyObject(func)`: the same object, its two entries (`_setupfunc`, `_wrapped`) set
+    in its `__dict__` directly, where its `__init__`, `LazyObject.__init__` and the proxy's
+    `__setattr__` and two `__getattribute__`s set them (5 Python calls, for each of the
+    session's, the messages' and the user's lazy object a request)."""
+    lazy = object.__new__(SimpleLazyObject)
+    state = object.__getattribute__(lazy, "__dict__")
+    state["_setupfunc"] = func
+    state["_wrapped"] = empty
+    return lazy
+
+
 def _unmade(lazy: Any) -> bool:
     """Whether `lazy` is a `SimpleLazyObject` not made yet (read without its proxy's Python
     `__getattribute__`)."""
@@ -228,7 +240,7 @@ class SessionMiddleware(AsyncNative, sessions_middleware.SessionMiddleware):
         if settings.SESSION_COOKIE_NAME in request.COOKIES:
             super().process_request(request)
         else:
-            request.session = SimpleLazyObject(self.SessionStore)
+            request.session = _lazy(self.SessionStore)
 
     def process_response(self, request: HttpRequest, response: HttpResponseBase):
         if _unmade(getattr(request, "session", None)):
@@ -250,7 +262,7 @@ class MessageMiddleware(AsyncNative, messages_middleware.MessageMiddleware):
     were read or added (the session may hold them), in the request's thread."""
 
     def process_request(self, request: HttpRequest) -> None:
-        request._messages = SimpleLazyObject(partial(default_storage, weakref.proxy(request)))
+        request._messages = _lazy(partial(default_storage, weakref.proxy(request)))
 
     def process_response(self, request: HttpRequest, response: HttpResponseBase):
         if _unmade(getattr(request, "_messages", None)):
@@ -329,7 +341,7 @@ class AuthenticationMiddleware(AsyncNative, auth_middleware.AuthenticationMiddle
             return
         super().process_request(request)  # Django's check that sessions come first
         weak = weakref.proxy(request)
-        request.user = SimpleLazyObject(partial(auth_middleware.get_user, weak))
+        request.user = _lazy(partial(auth_middleware.get_user, weak))
         request.auser = partial(_auser, weak)
 
 

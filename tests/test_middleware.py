@@ -126,8 +126,9 @@ def _stream_scope(session, headers: dict[str, str]) -> dict:
 # convert their own exceptions: called, and resumed at each of the view's waits),
 # 154 (the ten layers one run of twins, `TwinsRun`: one coroutine, resumed once at each wait),
 # 124 (the security and frame twins' headers set in the answer's store as Django made them),
-# 95 (the bearer token's URL match a copy of the one Django made for the path, `_resolved`).
-STREAM_BY_TOKEN_CALLS = 95
+# 95 (the bearer token's URL match a copy of the one Django made for the path, `_resolved`),
+# 87 (the session's and the messages' lazy objects made without their `__init__`s, `_lazy`).
+STREAM_BY_TOKEN_CALLS = 87
 
 
 @pytest.mark.asyncio
@@ -469,3 +470,36 @@ def test_the_security_and_frame_twins_set_their_headers_in_few_python_calls():
         "LazyObject.__getattribute__",  # the setting, read for every answer as Django does
         "SecurityMiddleware.process_response",
     ]
+
+
+# What `middleware._lazy` stands in for: `SimpleLazyObject`'s making, as Django 5.2 makes it.
+LAZY_SOURCES = {
+    "SimpleLazyObject.__init__": "567fd1341c927577",
+    "LazyObject.__init__": "7452dc4fee3b7c62",
+    "LazyObject.__setattr__": "def29f5cf64d61e1",
+}
+
+
+def test_a_lazy_object_is_made_as_django_makes_it():
+    from django.utils.functional import LazyObject
+
+    from tests.source_pins import source_digests
+
+    made: list[int] = []
+    ours, djangos = middleware._lazy(lambda: made.append(1) or "x"), SimpleLazyObject(dict)
+
+    assert type(ours) is type(djangos)
+    assert vars(ours).keys() == vars(djangos).keys()
+    assert middleware._unmade(ours) and made == []
+    assert ours.upper() == "X" and made == [1]
+    assert not middleware._unmade(ours)
+    assert (
+        source_digests(
+            {
+                "SimpleLazyObject.__init__": SimpleLazyObject.__init__,
+                "LazyObject.__init__": LazyObject.__init__,
+                "LazyObject.__setattr__": LazyObject.__setattr__,
+            }
+        )
+        == LAZY_SOURCES
+    )
