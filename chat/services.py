@@ -7,7 +7,7 @@ the consumer's `database_sync_to_async`).
 
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -60,19 +60,31 @@ def session_update(
     return session
 
 
-def session_claim(*, session_id: object) -> None:
+def session_claim(*, session_id: object, numbered_from: int | None = None) -> bool:
     """Claim the session for one turn, across processes (docs/architecture.md, "Engine
     invariants" 2).
 
     The claim names this process; a dead process's claim is free at once (chat/processes.py),
     and any claim expires with its lease. Raises SessionBusy.
+
+    `numbered_from`: the session's `turn_count` as a new message read it, with nothing to set
+    aside or repair (`session_turn_facts`, `calls_unanswered`): the claim numbers the new turn
+    too (True), in the same update, if the count still holds (a turn numbered since may have
+    left something to repair: then the claim alone, False). One statement and one write
+    transaction fewer a turn than a claim and then a numbering (the session's row twice in
+    the write-ahead log), on the database thread every turn queues on (issue 15).
     """
     processes.process_start()
     now = timezone.now()
     live = processes.heartbeats_on()
     fresh = processes.heartbeat_fresh_since() if live else None
+    if numbered_from is not None and _CLAIM_NUMBERED.run(
+        session_id, now, live, fresh, numbered_from
+    ):
+        return True
     if not _CLAIM.run(session_id, now, live, fresh):
         raise SessionBusy("a turn is already running in this session")
+    return False
 
 
 def _claim_update(session_id: object, now: Any, live: bool, fresh: Any):
@@ -100,9 +112,27 @@ def _claim_tail(connection: Any, session_id: object, now: Any, live: bool, fresh
     return tail
 
 
-# Every turn's claim (engine invariant 2): compiled once per process and heartbeat setting.
+def _claim_numbered_update(session_id: object, now: Any, live: bool, fresh: Any, count: int):
+    free, values = _claim_update(session_id, now, live, fresh)
+    return free.filter(turn_count=count), {**values, "turn_count": count + 1}
+
+
+def _claim_numbered_tail(
+    connection: Any, session_id: object, now: Any, live: bool, fresh: Any, count: int
+):
+    tail = _claim_tail(connection, session_id, now, live, fresh)
+    return [*tail[:3], count + 1, *tail[3:], count]
+
+
+# Every turn's claim (engine invariant 2), a new message's with its numbering: compiled once
+# per process and heartbeat setting.
 _CLAIM = CompiledUpdate(
     build=_claim_update, tail=_claim_tail, shape=lambda session_id, now, live, fresh: live
+)
+_CLAIM_NUMBERED = CompiledUpdate(
+    build=_claim_numbered_update,
+    tail=_claim_numbered_tail,
+    shape=lambda session_id, now, live, fresh, count: live,
 )
 
 
@@ -463,31 +493,36 @@ def history_repair(
                 session_id=session_id, status=PendingDecision.Status.PENDING
             ).values_list("message_id", flat=True)
         )
-    answered: set[str] = set()
-    calls: list[tuple[int, int, list[dict[str, Any]]]] = []
     if unsettled is None:
         unsettled = _UNSETTLED.rows(session_id, since)
-    for message_id, turn, call_id, tool_calls in unsettled:
-        if tool_calls is None:  # a result
-            answered.add(call_id)
-        else:
-            calls.append((message_id, turn, tool_calls))
     repaired = 0
-    for message_id, turn, tool_calls in calls:
-        if message_id in paused:
-            continue
-        for call in tool_calls:
-            if call["id"] not in answered:
-                tool_result_store(
-                    session_id=session_id,
-                    turn=turn,
-                    tool_call_id=call["id"],
-                    tool_name=call["name"],
-                    content={"error": INTERRUPTED_RESULT},
-                    is_error=True,
-                )
-                repaired += 1
+    for turn, call in calls_unanswered(unsettled, paused=paused):
+        tool_result_store(
+            session_id=session_id,
+            turn=turn,
+            tool_call_id=call["id"],
+            tool_name=call["name"],
+            content={"error": INTERRUPTED_RESULT},
+            is_error=True,
+        )
+        repaired += 1
     return repaired
+
+
+def calls_unanswered(
+    unsettled: list[tuple[int, int, str, Any]], *, paused: Collection[int] = ()
+) -> list[tuple[int, dict[str, Any]]]:
+    """The calls without a result among the latest turns' results and calls (as
+    `session_turn_facts` and the repair read them), each with its turn, but those of a message
+    in `paused` (its calls run after its pause)."""
+    answered = {call_id for _, _, call_id, tool_calls in unsettled if tool_calls is None}
+    return [
+        (turn, call)
+        for message_id, turn, _, tool_calls in unsettled
+        if tool_calls is not None and message_id not in paused
+        for call in tool_calls
+        if call["id"] not in answered
+    ]
 
 
 def _results_and_calls(prefix: str = "") -> models.Q:

@@ -58,7 +58,7 @@ from .agents.base import Agent
 from .agents.prompts import system_prompt
 from .events import EventSink
 from .history import LEFT_OUT_NOTE, history_budget, history_rows_stored, history_window
-from .models import Message
+from .models import ChatSession, Message
 
 logger = logging.getLogger(__name__)
 
@@ -241,21 +241,28 @@ def _contexts_checked(contexts: Any) -> list[wire.DataContext]:
     return contexts
 
 
-def _prepare_message(*, session_id: Any, user: Any, request: NewMessage) -> PreparedTurn:
+def _prepare_message(
+    *, session_id: Any, user: Any, request: NewMessage, numbered: "_Facts | None"
+) -> PreparedTurn:
     """Set the pauses aside, repair, number the turn (only once the repair went through,
     engine invariant 1) and store the message, with one read of the session for its count,
     title, open pauses and latest turns' calls and results (`pauses_set_aside` runs only when
     one is open; the repair then reads them again). Under the claim
     nothing else writes either, so the repair reads no pause (all were set aside just now)
-    and the numbering is one conditional update."""
-    count, titled, paused, unsettled = services.session_turn_facts(session_id=session_id)
-    if paused:
-        approvals.pauses_set_aside(session_id=session_id)
-        unsettled = None  # the results it stored are read with the rest
-    services.history_repair(
-        session_id=session_id, turn_count=count, pauses_open=False, unsettled=unsettled
-    )
-    turn = services.turn_begin(session_id=session_id, count=count)
+    and the numbering is one conditional update. `numbered`: the facts read before the claim,
+    which numbered the turn (there was nothing to set aside or repair): none of that again."""
+    if numbered is not None:
+        count, titled = numbered.count, numbered.titled
+        turn = count + 1
+    else:
+        count, titled, paused, unsettled = services.session_turn_facts(session_id=session_id)
+        if paused:
+            approvals.pauses_set_aside(session_id=session_id)
+            unsettled = None  # the results it stored are read with the rest
+        services.history_repair(
+            session_id=session_id, turn_count=count, pauses_open=False, unsettled=unsettled
+        )
+        turn = services.turn_begin(session_id=session_id, count=count)
     message = services.message_store(
         session_id=session_id,
         turn=turn,
@@ -303,6 +310,33 @@ def _prepare_decision(*, session_id: Any, user: Any, request: DecisionAnswer) ->
     )
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What a new message's preparation takes from the session's facts read before its claim."""
+
+    count: int  # the session's turn count
+    titled: bool
+
+
+def _facts_settled(session_id: Any) -> _Facts | None:
+    """A new message's session facts, read before the claim, when they show nothing to set
+    aside or repair (no pause open, every call of the latest turns answered): the claim may
+    then number the turn in the same update, conditioned on the count read here (any turn
+    numbered since, which may have left something, makes it the claim alone, and the facts
+    are read again under it). None otherwise (a missing session too: the claim refuses it, as
+    before). Calls and pauses are written only by a turn holding the claim, which a new
+    message's numbers and a resume's needs an open pause for (this read would show it): what
+    the read shows holds while the count does, as it holds for a read under the claim
+    (engine invariants 1, 2)."""
+    try:
+        count, titled, paused, unsettled = services.session_turn_facts(session_id=session_id)
+    except ChatSession.DoesNotExist:
+        return None
+    if paused or services.calls_unanswered(unsettled):
+        return None
+    return _Facts(count=count, titled=titled)
+
+
 def _prepare_sync(
     *, session_id: Any, user: Any, request: TurnRequest, images: bool = False
 ) -> PreparedTurn:
@@ -314,10 +348,18 @@ def _prepare_sync(
             raise TurnRequestInvalid("text must not be empty")
         usage.turn_affordable_check(user=user)
     claimed = time.monotonic()  # before the claim's write: its lease runs from no later
-    services.session_claim(session_id=session_id)
+    facts = _facts_settled(session_id) if isinstance(request, NewMessage) else None
+    numbered = services.session_claim(
+        session_id=session_id, numbered_from=facts.count if facts is not None else None
+    )
     try:
         if isinstance(request, NewMessage):
-            prepared = _prepare_message(session_id=session_id, user=user, request=request)
+            prepared = _prepare_message(
+                session_id=session_id,
+                user=user,
+                request=request,
+                numbered=facts if numbered else None,
+            )
         elif isinstance(request, ApprovalAnswer):
             prepared = _prepare_approval(session_id=session_id, user=user, request=request)
         else:

@@ -50,3 +50,22 @@ def test_a_sessions_first_message_titles_it_with_an_update_compiled_once(monkeyp
     assert costs.compiled == 0, costs.compiled
     assert ChatSession.objects.get(pk=second.pk).title == nul_free("Where\x00 is it?")
     assert ChatSession.objects.get(pk=kept.pk).title == "Kept"
+
+
+def test_a_claim_numbers_the_new_turn_only_while_the_count_read_holds():
+    """A new message's claim numbers its turn in the same update when given the count it read
+    with nothing to repair; a count that moved since makes it the claim alone (the facts are
+    then read again under it), and a running turn refuses both."""
+    user = get_user_model().objects.create_user("numbers")
+    session = ChatSession.objects.create(user=user, turn_count=3)
+
+    assert services.session_claim(session_id=session.pk, numbered_from=3) is True
+    session.refresh_from_db()
+    assert (session.turn_state, session.turn_count) == ("running", 4)
+    with pytest.raises(services.SessionBusy):
+        services.session_claim(session_id=session.pk, numbered_from=4)
+
+    services.session_release(session_id=session.pk)
+    assert services.session_claim(session_id=session.pk, numbered_from=3) is False
+    session.refresh_from_db()
+    assert (session.turn_state, session.turn_count) == ("running", 4)

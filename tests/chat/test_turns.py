@@ -349,6 +349,45 @@ async def test_the_history_fed_after_a_restart_has_a_result_for_every_call(
     assert await asyncio.to_thread(stored_history_is_valid, session_id)
 
 
+async def test_a_turn_numbered_between_a_new_messages_read_and_its_claim_is_repaired_first(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """A new message reads the session's facts before its claim, and its claim numbers the
+    turn only while the count it read holds: a turn numbered meanwhile (here one that left a
+    call without its result, as a crash does) makes it the claim alone, the facts are read
+    again under it, and the call gets its result before the new turn is numbered (engine
+    invariant 1)."""
+    from django.db.models import F
+
+    from chat import turns
+
+    session_id = trusted_caller.session.pk
+    real_facts = turns._facts_settled
+
+    def facts_then_a_turn_elsewhere(session_id):
+        facts = real_facts(session_id)
+        ChatSession.objects.filter(pk=session_id).update(turn_count=F("turn_count") + 1)
+        Message.objects.create(
+            session_id=session_id,
+            turn=facts.count + 1,
+            role="assistant",
+            tool_calls=[{"id": "lost", "name": "list_classes", "arguments": "{}"}],
+        )
+        return facts
+
+    monkeypatch.setattr(turns, "_facts_settled", facts_then_a_turn_elsewhere)
+    openai_agent.reply_text("Fine.")
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "again"}, token=trusted_caller.token
+    )
+    assert out.names()[-1] == "turn_end"
+    result = await Message.objects.aget(session_id=session_id, role="tool", tool_call_id="lost")
+    assert result.is_error and result.turn == 1
+    asked = await Message.objects.filter(session_id=session_id, role="user").alatest("id")
+    assert (asked.turn, asked.content) == (2, "again") and result.pk < asked.pk
+    assert history_is_valid(openai_agent.requests[0]["messages"])
+
+
 async def test_a_subagent_gets_only_read_only_backend_tools_never_client_tools(
     client, trusted_caller, openai_agent
 ):
