@@ -270,9 +270,11 @@ def _turn_facts_query(session_id: object) -> models.QuerySet:
 # Every new message's turn reads the session's count, title, open pauses and latest turns'
 # results and calls, then numbers the turn (under the claim, so the count read still holds):
 # both compiled once per process.
+# The open-pause flags, on every row, come as the database gives them (`bool` of the first).
 _TURN_FACTS = CompiledRead(
     build=_turn_facts_query,
     tail=lambda connection, session_id: [db_value(ChatSession, "id", session_id, connection)],
+    raw=(2, 3),
 )
 _TURN_NUMBER = CompiledUpdate(build=_turn_number_update, tail=_turn_number_tail)
 

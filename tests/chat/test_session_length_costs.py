@@ -12,7 +12,7 @@ from django.db.backends import utils
 
 from chat import services
 from chat.models import ChatSession, Message
-from tests.chat.costs import Costs
+from tests.chat.costs import Costs, python_calls_of
 from tests.chat.helpers import stored_history_is_valid
 
 pytestmark = pytest.mark.django_db
@@ -124,6 +124,17 @@ def test_a_new_messages_facts_read_gives_the_repair_the_latest_turns_in_its_own_
     assert stored_history_is_valid(session.pk)
     empty = ChatSession.objects.create(user=session.user)
     assert services.session_turn_facts(session_id=empty.pk) == (0, False, False, [])
+
+
+def test_a_new_messages_facts_read_converts_its_pause_flags_once_not_per_row_read():
+    """The open-pause flags come on every row the facts read joins (one per result and call of
+    the latest turns): read as the database gives them and taken from the first row, not made
+    into booleans by the ORM's converter on each row (two Python calls a row, every turn)."""
+    session = session_with_a_lost_call()
+    services.session_turn_facts(session_id=session.pk)  # compiled by the first read
+    calls = python_calls_of(services.session_turn_facts, session_id=session.pk)
+    # 5 rows: 36 Python calls with the flags converted on each.
+    assert calls <= 26, calls
 
 
 def test_fresh_call_ids_read_the_ids_like_the_new_ones_not_every_earlier_call():
