@@ -19,7 +19,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from geosense.accounts.services import credit_balance, credit_charge
-from geosense.compiled import FETCH_ONE, db_value, qmark_form, write_run
+from geosense.compiled import FETCH_ONE, db_value, qmark_form, time_param, write_run
 from geosense.dbpool import trip_connections
 
 from .models import ChatSession, TurnUsage
@@ -140,7 +140,7 @@ def _usage_add(
     prompt_tokens, completion_tokens = max(0, prompt_tokens), max(0, completion_tokens)
     if not connection.features.can_return_columns_from_insert:
         return _usage_add_orm(session_id, turn, prompt_tokens, completion_tokens, user_id, requests)
-    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    now = time_param(timezone.now(), connection)
     session_pk = db_value(TurnUsage, "session", session_id, connection)
     sql, qmark = _upsert_sql(connection)
     params = [session_pk, user_id, session_pk, turn, requests, prompt_tokens, completion_tokens]

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.db.models.sql import compiler as sql_compiler
 
 from chat.models import ChatSession, Message
-from geosense.compiled import CompiledInsert, CompiledRead, CompiledUpdate, db_value
+from geosense.compiled import CompiledInsert, CompiledRead, CompiledUpdate, db_value, time_param
 from tests.chat.costs import python_calls_of
 from tests.source_pins import source_digests
 
@@ -261,13 +261,13 @@ def test_a_compiled_insert_hands_on_the_values_its_fields_store_as_they_are(sess
     instance is made from the values in order (150 Python calls for this insert before, 67
     after; issue 15; 56 with its creation time adapted as `db_value` adapts an aware time; 43
     with its session's key prepared as `db_value` prepares a UUID, and a constant None default
-    kept). A value of another kind is still prepared by its field, as the ORM prepares it."""
+    kept; 38 with its creation time made into SQLite's text by `time_param`). A value of another kind is still prepared by its field, as the ORM prepares it."""
     first, _ = sessions
     insert = CompiledInsert(Message)
     insert.create(session_id=first.pk, turn=1, role="note", content="first")
     message = dict(session_id=first.pk, turn=3, role=Message.Role.ASSISTANT, content="Here.")
     calls = python_calls_of(insert.create, **message, tool_calls=[])
-    assert calls <= 46, calls
+    assert calls <= 38, calls
     odd = insert.create(
         session_id=str(first.pk), turn="4", role=Message.Role.TOOL, is_error=1, tool_call_id="\x00"
     )
@@ -403,8 +403,10 @@ def test_a_compiled_write_that_fails_inside_atomic_marks_it_for_rollback(session
 def test_an_aware_time_is_prepared_as_its_field_prepares_it_in_few_python_calls():
     """A compiled statement's time (the claim's lease, the release's update) went through the
     field's whole preparation, whose steps before the database's adaptation are for naive
-    values and text: 12 Python calls before, 5 after (issue 15)."""
+    values and text: 12 Python calls before, 5 after (issue 15); 1 more than `db_value` with
+    SQLite's adaptation made by `time_param`."""
     from datetime import UTC, datetime, timedelta, timezone
+    from zoneinfo import ZoneInfo
 
     from django.db import connections
 
@@ -413,12 +415,47 @@ def test_an_aware_time_is_prepared_as_its_field_prepares_it_in_few_python_calls(
     for value in (
         datetime(2026, 12, 1, 23, 59, 59, 123456, tzinfo=UTC),
         datetime(2026, 12, 2, 1, 0, tzinfo=timezone(timedelta(hours=2))),
+        datetime(2026, 3, 29, 2, 30, 0, 1, tzinfo=ZoneInfo("Europe/Paris")),
+        datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=ZoneInfo("Europe/Paris")),
+        datetime(1999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-9, minutes=-30))),
         "2026-12-01 10:00:00+00:00",
     ):
         prepared = db_value(ChatSession, "turn_lease", value, connection)
         assert prepared == field.get_db_prep_value(value, connection, prepared=False)
+        if isinstance(value, datetime):
+            assert time_param(value, connection) == (
+                connection.ops.adapt_datetimefield_value(value)
+            )
     value = datetime(2026, 12, 1, 23, 59, 59, tzinfo=UTC)
-    assert python_calls_of(db_value, ChatSession, "turn_lease", value, connection) <= 6
+    assert python_calls_of(db_value, ChatSession, "turn_lease", value, connection) <= 2
+
+
+@pytest.mark.django_db
+def test_a_time_is_adapted_as_django_adapts_it_whatever_the_time_zone_settings(
+    settings, monkeypatch
+):
+    """`time_param` makes SQLite's text of an aware time in the connection's time zone (the
+    database's `TIME_ZONE`, UTC without one), which Django drops when `USE_TZ` or `TIME_ZONE`
+    change; without `USE_TZ` Django's own adaptation answers (it refuses an aware time), and a
+    naive time is Django's too."""
+    from datetime import UTC, datetime
+
+    from django.db import connections
+
+    connection = connections["default"]
+    aware, naive = datetime(2026, 12, 1, 23, 59, 59, 5, tzinfo=UTC), datetime(2026, 12, 1, 8)
+    assert time_param(naive, connection) == connection.ops.adapt_datetimefield_value(naive)
+    monkeypatch.setitem(connection.settings_dict, "TIME_ZONE", "Asia/Kolkata")
+    connection.__dict__.pop("timezone", None)
+    try:
+        assert time_param(aware, connection) == "2026-12-02 05:29:59.000005"
+        assert time_param(aware, connection) == connection.ops.adapt_datetimefield_value(aware)
+    finally:
+        monkeypatch.undo()
+        connection.__dict__.pop("timezone", None)
+    settings.USE_TZ = False
+    with pytest.raises(ValueError):
+        time_param(aware, connection)
 
 
 @pytest.mark.django_db
