@@ -32,10 +32,11 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
+from asgiref.local import _CVar
 from asgiref.sync import SyncToAsync, ThreadSensitiveContext, sync_to_async
 from django.conf import settings
 from django.core import signals
-from django.core.cache import close_caches
+from django.core.cache import caches, close_caches
 from django.core.exceptions import RequestAborted
 from django.core.handlers import asgi, base
 from django.core.handlers.base import reset_urlconf
@@ -53,6 +54,7 @@ from django.urls import (
     set_script_prefix,
     set_urlconf,
 )
+from django.urls import base as urls_base
 from django.utils.log import log_response
 
 from geosense.headers import ANSWER_HEADERS, headers_added
@@ -221,14 +223,36 @@ def _sync_receivers_known(signal: Signal, sender: type) -> tuple[Callable, ...] 
     return known
 
 
+def _holds_nothing(local) -> bool:
+    """Whether asgiref's `local` holds no value in this context as this thread reads it (its
+    context's storage unset or empty, or another thread's, which asgiref reads as empty), in
+    one Python call: reading a name it does not hold is four (`Local.__getattr__`,
+    `_CVar.__getattr__`, `_storage`, an empty `_Storage` made) and an exception raised and
+    caught. False where it cannot tell (a thread-critical `Local`)."""
+    cvar = vars(local).get("_storage")
+    if type(cvar) is not _CVar:
+        return False
+    storage = cvar._data.get(None)
+    return storage is None or not storage.data or storage.thread_id != threading.get_ident()
+
+
+# Django's context-only receivers (above) and the `Local` each only acts on: with nothing in it,
+# the receiver has nothing to do (`close_caches` closes the caches made in the context: none;
+# `reset_urlconf` takes the request's URLconf away: there is none).
+_ACTS_ON_ALONE = {close_caches: caches._connections, reset_urlconf: urls_base._urlconfs}
+
+
 async def _signal_send(signal: Signal, sender: type, **named: Any) -> None:
-    """`signal.asend`, without its thread hop when only Django's own receivers listen."""
+    """`signal.asend`, without its thread hop when only Django's own receivers listen, and
+    without the call of one that has nothing to do (`_ACTS_ON_ALONE`)."""
     receivers = _sync_receivers_known(signal, sender)
     if receivers is None:
         await signal.asend(sender=sender, **named)
         return
     for receiver in receivers:
-        receiver(signal=signal, sender=sender, **named)
+        local = _ACTS_ON_ALONE.get(receiver)
+        if local is None or not _holds_nothing(local):
+            receiver(signal=signal, sender=sender, **named)
 
 
 def _closes_on_loop(response: HttpResponseBase) -> bool:
@@ -267,16 +291,21 @@ async def _response_close(response: HttpResponseBase) -> None:
 
 def _script_prefix_set(prefix: str) -> None:
     """`set_script_prefix`, unless the request's context reads that prefix already (an unset
-    one reads "/", the prefix of a request with no `root_path` and no `FORCE_SCRIPT_NAME`)."""
-    if (prefix if prefix.endswith("/") else f"{prefix}/") != get_script_prefix():
+    one reads "/", the prefix of a request with no `root_path` and no `FORCE_SCRIPT_NAME`: told
+    by `_holds_nothing`, where the read of an unset one is five Python calls)."""
+    prefix_read = prefix if prefix.endswith("/") else f"{prefix}/"
+    if prefix_read == "/" and _holds_nothing(urls_base._prefixes):
+        return
+    if prefix_read != get_script_prefix():
         set_script_prefix(prefix)
 
 
 def _default_urlconf_set() -> None:
     """Django's `set_urlconf(settings.ROOT_URLCONF)` at a request's start, unless the request's
-    context holds no URLconf: every reader takes none as `ROOT_URLCONF` (`get_resolver(None)`,
-    `reverse`, `resolve`, the error views' `get_resolver(get_urlconf())`)."""
-    if get_urlconf() is not None:
+    context holds no URLconf (`_holds_nothing`, or `get_urlconf`): every reader takes none as
+    `ROOT_URLCONF` (`get_resolver(None)`, `reverse`, `resolve`, the error views'
+    `get_resolver(get_urlconf())`)."""
+    if not _holds_nothing(urls_base._urlconfs) and get_urlconf() is not None:
         set_urlconf(settings.ROOT_URLCONF)
 
 

@@ -918,6 +918,122 @@ async def test_a_request_whose_context_holds_another_urlconf_gets_djangos(monkey
     assert seen == ["geosense.urls"]
 
 
+def _in_a_context_of_its_own(action):
+    """`action()`'s result, run in a copy of an empty context (a request's task's, made by
+    Daphne from a loop whose context holds no `Local`)."""
+    return contextvars.Context().run(action)
+
+
+async def test_an_unset_local_is_told_apart_in_one_python_call():
+    """A read of what an asgiref `Local` does not hold: `Local.__getattr__`, `_CVar.__getattr__`,
+    `_storage` and an empty `_Storage` made, and an `AttributeError` raised and caught."""
+    from asgiref.local import Local
+
+    local = Local()
+
+    def states():
+        unset = handler_module._holds_nothing(local)
+        local.value = 1
+        held = handler_module._holds_nothing(local)
+        elsewhere = []
+        worker = threading.Thread(
+            target=lambda: elsewhere.append(handler_module._holds_nothing(local)),
+            # a thread started with this context (asgiref reads another thread's as empty)
+        )
+        contextvars.copy_context().run(worker.start)
+        worker.join()
+        del local.value
+        return unset, held, elsewhere, handler_module._holds_nothing(local)
+
+    assert _in_a_context_of_its_own(states) == (True, False, [True], True)
+    assert (
+        _in_a_context_of_its_own(lambda: python_calls_of(handler_module._holds_nothing, local)) == 1
+    )
+    assert handler_module._holds_nothing(Local(thread_critical=True)) is False
+
+
+async def test_djangos_receivers_with_nothing_to_do_at_a_requests_end_are_not_called():
+    """`close_caches` (its cache handler's `close_all`, `all`, `__iter__`, a list comprehension
+    and a `Local` read a cache: 9 Python calls) and `reset_urlconf` (`set_urlconf` and a `Local`
+    read: 6), where the request's context holds no cache and no URLconf; each still runs where
+    it does."""
+    from django.core.cache import caches
+
+    sender = handler_module.ASGIHandler
+
+    def send():
+        try:
+            handler_module._signal_send(request_finished, sender).send(None)
+        except StopIteration:
+            return
+        raise AssertionError("the receivers waited")
+
+    send()  # the signal's receivers read
+    # `send`, `_signal_send`, `_sync_receivers_known` and `_holds_nothing` twice (18 before)
+    assert _in_a_context_of_its_own(lambda: python_calls_of(send)) <= 5
+
+    closed = []
+
+    def with_a_cache_and_an_urlconf():
+        cache = caches["default"]
+        cache.close = lambda **kwargs: closed.append(cache)
+        set_urlconf("geosense.elsewhere")
+        send()
+        return get_urlconf()
+
+    assert _in_a_context_of_its_own(with_a_cache_and_an_urlconf) is None
+    assert len(closed) == 1
+
+
+# What `_holds_nothing` reads as asgiref reads it (a `Local`'s storage, of this thread or not),
+# and what the receivers it lets go uncalled do, as asgiref 3 and Django 5.2 have them.
+LOCAL_SOURCES = {
+    "_CVar._storage": "37bfde39a7ef0ef3",
+    "_CVar.__getattr__": "3f17578ef129fb79",
+    "_DefaultLocal.__getattr__": "e68327aa9746ab2d",
+    "close_caches": "abe7badf0640b146",
+    "BaseConnectionHandler.all": "025dd23cb80fcc62",
+    "reset_urlconf": "7ad5ce3f320f5c51",
+    "set_urlconf": "a800ca3136841f64",
+}
+
+
+async def test_what_an_empty_local_lets_go_is_what_it_was_written_for():
+    from asgiref.local import _CVar, _DefaultLocal
+    from django.core.cache import close_caches
+    from django.core.handlers.base import reset_urlconf
+    from django.utils.connection import BaseConnectionHandler
+
+    from tests.source_pins import source_digests
+
+    originals = {
+        "_CVar._storage": _CVar._storage,
+        "_CVar.__getattr__": _CVar.__getattr__,
+        "_DefaultLocal.__getattr__": _DefaultLocal.__getattr__,
+        "close_caches": close_caches,
+        "BaseConnectionHandler.all": BaseConnectionHandler.all,
+        "reset_urlconf": reset_urlconf,
+        "set_urlconf": set_urlconf,
+    }
+    assert source_digests(originals) == LOCAL_SOURCES
+
+
+async def test_an_unset_prefix_and_urlconf_are_left_unset_in_few_python_calls():
+    """Each was read (`get_script_prefix`, `get_urlconf`: a `Local` read of a name it does not
+    hold, five Python calls) at every request's start: 13 Python calls, 5 now."""
+
+    def start():
+        handler_module._script_prefix_set("")
+        handler_module._default_urlconf_set()
+
+    def started():
+        start()
+        return get_script_prefix(), get_urlconf()
+
+    assert _in_a_context_of_its_own(started) == ("/", None)
+    assert _in_a_context_of_its_own(lambda: python_calls_of(start)) <= 5
+
+
 async def test_djangos_get_response_async_is_the_one_the_handlers_stands_in_for():
     """`ASGIHandler.get_response_async` is Django 5.2's with its URLconf set only where needed:
     a change of Django's means reading the handler's against it."""
