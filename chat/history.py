@@ -21,9 +21,12 @@ import json
 import logging
 import re
 import threading
+from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, chain
+from operator import attrgetter
 from typing import Any
 
 from django.conf import settings
@@ -322,21 +325,82 @@ def _kept_chars(row: _Row, contexts: list[tuple[str, str, Any]]) -> int:
 
 
 @dataclass
+class _Turn:
+    """A turn of the window, as kept between steps: its rows (oldest first), their entries
+    without pictures and what they cost; a step adds the rows new since to the newest turn (or
+    as turns of their own), never walks a kept one again."""
+
+    rows: list[_Kept] = field(default_factory=list)
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    cost: int = 0  # tokens of `entries`
+    checks: int = 0  # what `_CHECK` reads of its rows
+    chars: int = 0  # of its rows (`_kept_chars`)
+    user: tuple[str, list[tuple[str, str, Any]]] | None = None  # its newest user message
+    images: bool = False  # a user message of it has a picture
+
+    def add(self, kept: _Kept) -> None:
+        """A row newer than its others."""
+        entry, tokens = kept.entry_of(None)
+        self.rows.append(kept)
+        self.entries.append(entry)
+        self.cost += tokens
+        self.checks += len(kept.checked)
+        self.chars += kept.chars
+        if kept.row.role == Message.Role.USER:
+            self.user = (kept.row.text, kept.contexts)
+            self.images = self.images or any(kind == "image" for _, kind, _ in kept.contexts)
+
+    def sent(self, images: bool) -> tuple[list[dict[str, Any]], int]:
+        """Its entries and their cost as the newest turn of a window: with its pictures as
+        image parts when the model takes images (read again at every step, as before)."""
+        if not (images and self.images):
+            return self.entries, self.cost
+        entries, cost = [], 0
+        for kept in self.rows:
+            pictures = None
+            if kept.row.role == Message.Role.USER and any(
+                kind == "image" for _, kind, _ in kept.contexts
+            ):
+                pictures = _pictures_of(kept.row.id)
+            entry, tokens = kept.entry_of(pictures)
+            entries.append(entry)
+            cost += tokens
+        return entries, cost
+
+
+def _turns_of(rows: Iterable[_Kept], turns: list[_Turn]) -> None:
+    """Add `rows` (oldest first, newer than every row of `turns`) to `turns` (oldest first):
+    to the newest turn while they are of its number, else as turns of their own."""
+    turn = turns[-1] if turns else None
+    for kept in rows:
+        if turn is None or kept.row.turn != turn.rows[-1].row.turn:
+            turn = _Turn()
+            turns.append(turn)
+        turn.add(kept)
+
+
+@dataclass
 class _Gather:
-    """Whole turns, newest first, while they fit. Rows are walked a batch at a time, each in
-    the loop's own code (a step walks its whole window: no call per row)."""
+    """Whole turns older than the known ones, newest first, while they fit (`used`: the tokens
+    of the turns taken already). Rows are walked a batch at a time, each in the loop's own
+    code: a call per turn, not per row."""
 
     budget: int
     images: bool
-    turns: list[list[dict[str, Any]]] = field(default_factory=list)
+    known: bool  # the window's newest turn is known (not walked here)
     used: int = 0
+    newest: list[dict[str, Any]] | None = None  # the newest turn's entries, if walked here
+    taken: list[_Turn] = field(default_factory=list)  # newest first
+    failed: _Turn | None = None  # the turn that did not fit
+    edge: _Kept | None = None  # the row walked after it: the newest of an older turn
     latest_user: tuple[str, list[tuple[str, str, Any]]] | None = None
     walked: list[_Kept] = field(default_factory=list)  # every row walked, newest first
     turn_rows: list[_Kept] = field(default_factory=list)  # the turn being walked
 
     def walk(self, batch: list[_Kept]) -> bool:
         """Walk rows (newest first, after those walked already); False once a turn did not
-        fit (the row walked last is the newest of an older turn: older rows may follow)."""
+        fit (the row walked last, `edge`, is the newest of an older turn: older rows may
+        follow)."""
         for kept in batch:
             self.walked.append(kept)
             row = kept.row
@@ -344,31 +408,25 @@ class _Gather:
                 self.latest_user = (row.text, kept.contexts)
             if self.turn_rows and row.turn != self.turn_rows[-1].row.turn:
                 if not self.take(self.turn_rows):
+                    self.edge = kept
                     return False
                 self.turn_rows = []
             self.turn_rows.append(kept)
         return True
 
     def take(self, rows: list[_Kept]) -> bool:
-        """Add one turn (`rows` newest first); False when it does not fit (nothing added)."""
-        newest = not self.turns
-        entries, cost = [], 0
+        """Add one turn (`rows` newest first); False when it does not fit (`failed`)."""
+        turn = _Turn()
         for kept in reversed(rows):
-            pictures = None
-            if (
-                newest
-                and self.images
-                and kept.row.role == Message.Role.USER
-                and any(kind == "image" for _, kind, _ in kept.contexts)
-            ):
-                pictures = _pictures_of(kept.row.id)
-            made = kept.entry if pictures is None else None
-            entry, tokens = made if made is not None else kept.entry_of(pictures)
-            entries.append(entry)
-            cost += tokens
-        if not newest and self.used + cost > self.budget:
+            turn.add(kept)
+        if not self.known and not self.taken:  # the newest turn goes in, whatever it costs
+            self.newest, cost = turn.sent(self.images)
+        elif self.used + turn.cost > self.budget:
+            self.failed = turn
             return False
-        self.turns.append(entries)
+        else:
+            cost = turn.cost
+        self.taken.append(turn)
         self.used += cost
         return True
 
@@ -396,16 +454,99 @@ CONTEXT_CHARS_WEIGHT = 8
 
 @dataclass
 class _Session:
-    """A session's rows from its newest down to `rows[-1]`, as the last window walked them."""
+    """A session's rows as the last window walked them: whole turns from its newest row down,
+    and the row walked after the oldest of them (`edge`: the newest of an older turn), unless
+    they start the session (`complete`)."""
 
-    rows: list[_Kept]  # newest first, no row of the session missing between them
-    complete: bool  # rows[-1] is the session's oldest row
-    chars: int  # of `rows` and `stored`
-    checked: list[tuple[int, int | None, int | None]]  # what `_CHECK` reads of them
+    turns: list[_Turn] = field(default_factory=list)  # oldest first, no row missing between
+    # sums[i]: the tokens of the turns before turns[i] (from any base: only differences count)
+    sums: list[int] = field(default_factory=lambda: [0])
+    edge: _Kept | None = None
+    complete: bool = False
+    chars: int = 0  # of the turns' rows, the edge and `stored`
+    checked: list[tuple[int, int | None, int | None]] = field(default_factory=list)  # `_CHECK`'s
     # Rows the turn holding the claim stored since (`history_rows_stored`), newest first, and
     # what `_CHECK` reads of them: the next window's new rows when the check finds just these.
     stored: list[_Kept] = field(default_factory=list)
     stored_checked: list[tuple[int, int | None, int | None]] = field(default_factory=list)
+    stored_chars: int = 0
+
+    @property
+    def newest(self) -> int:
+        """The id of the newest row kept (not counting `stored`), 0 if none."""
+        return self.turns[-1].rows[-1].row.id if self.turns else 0
+
+    def store(self, rows: list[_Kept], checked: list[tuple[int, int | None, int | None]]) -> int:
+        """Note `rows` (newest first, newer than the others) as stored since; their chars."""
+        chars = sum([kept.chars for kept in rows])
+        self.stored = rows + self.stored
+        self.stored_checked = checked + self.stored_checked
+        self.stored_chars += chars
+        self.chars += chars
+        return chars
+
+    def unstore(self) -> tuple[list[_Kept], list[tuple[int, int | None, int | None]]]:
+        """The rows noted as stored since, and what the check reads of them, no longer kept."""
+        stored, checked = self.stored, self.stored_checked
+        self.stored, self.stored_checked = [], []
+        self.chars -= self.stored_chars
+        self.stored_chars = 0
+        return stored, checked
+
+    def newer(self, rows: list[_Kept]) -> None:
+        """Add the rows stored since the newest kept one (newest first; every one of them)."""
+        count = len(self.turns)
+        _turns_of(reversed(rows), self.turns)
+        del self.sums[max(count, 1) :]  # the newest kept turn may have grown
+        for turn in self.turns[max(count - 1, 0) :]:
+            self.sums.append(self.sums[-1] + turn.cost)
+        self.checked[:0] = [values for kept in rows for values in kept.checked]
+        self.chars += sum([kept.chars for kept in rows])
+
+    def older(self, gather: _Gather, *, complete: bool) -> None:
+        """Add the turns a walk took or left out (the walk starts at `edge`, if any)."""
+        if self.edge is not None:  # walked again, as the first of the older rows
+            del self.checked[len(self.checked) - len(self.edge.checked) :]
+            self.chars -= self.edge.chars
+        older = gather.taken[::-1]
+        if gather.failed is not None:
+            older.insert(0, gather.failed)
+        self.turns[:0] = older
+        self.sums = [0, *accumulate(map(attrgetter("cost"), self.turns))]
+        self.checked += [values for kept in gather.walked for values in kept.checked]
+        self.chars += sum([kept.chars for kept in gather.walked])
+        self.edge, self.complete = gather.edge, complete
+
+    def drop(self, count: int) -> None:
+        """Keep no more than the turns from turns[count] on, and the newest row before them as
+        the edge: older ones are no longer in any window of this budget (the next window's
+        may take them again from the database, as before)."""
+        if count < 1:
+            return
+        dropped = self.turns[:count]
+        edge = dropped[-1].rows[-1]
+        checks = sum(map(attrgetter("checks"), dropped)) - len(edge.checked)
+        chars = sum(map(attrgetter("chars"), dropped)) - edge.chars
+        if self.edge is not None:
+            checks += len(self.edge.checked)
+            chars += self.edge.chars
+        del self.checked[len(self.checked) - checks :]
+        self.chars -= chars
+        del self.turns[:count]
+        del self.sums[:count]
+        self.edge, self.complete = edge, False
+
+    def latest_user(self, first: int) -> tuple[str, list[tuple[str, str, Any]]] | None:
+        """The newest user message among the rows a window from turns[first] walked: its
+        turns, the one left out before them and the row after it."""
+        turns = self.turns
+        for index in range(len(turns) - 1, max(first - 1, 0) - 1, -1):
+            if turns[index].user is not None:
+                return turns[index].user
+        after = turns[first - 2].rows[-1] if first >= 2 else self.edge if first == 1 else None
+        if after is not None and after.row.role == Message.Role.USER:
+            return after.row.text, after.contexts
+        return None
 
 
 class _KeptSessions:
@@ -426,20 +567,22 @@ class _KeptSessions:
                 self._chars -= session.chars
             return session
 
-    def put(self, key: str, rows: list[_Kept], *, complete: bool, first: bool = False) -> None:
+    def put(self, key: str, session: _Session, *, first: bool = False) -> None:
         """Keep a session's walked rows, unless they are too many to check in one statement
         with the rows the next step adds (half its `CHECK_ROWS`) or a quarter of `KEPT_CHARS`;
         `first`: only if nothing is kept for it (`history_rows_stored`)."""
-        chars = sum([kept.chars for kept in rows])
-        checked = [values for kept in rows for values in kept.checked]
-        if not rows or chars > KEPT_CHARS // 4 or len(checked) > CHECK_ROWS // 2:
+        if (
+            not (session.turns or session.stored)
+            or session.chars > KEPT_CHARS // 4
+            or len(session.checked) + len(session.stored_checked) > CHECK_ROWS // 2
+        ):
             return
         with self._lock:
             if first and key in self._sessions:
                 return
             old = self._sessions.pop(key, None)
-            self._chars += chars - (old.chars if old is not None else 0)
-            self._sessions[key] = _Session(rows, complete, chars, checked)
+            self._chars += session.chars - (old.chars if old is not None else 0)
+            self._sessions[key] = session
             while self._chars > KEPT_CHARS or len(self._sessions) > KEPT_SESSIONS:
                 _, dropped = self._sessions.popitem(last=False)
                 self._chars -= dropped.chars
@@ -453,7 +596,7 @@ class _KeptSessions:
             session = self._sessions.get(key)
             if session is None:
                 return
-            newest = (session.stored or session.rows)[0].row.id
+            newest = session.stored[0].row.id if session.stored else session.newest
             if rows[-1].row.id <= newest:
                 return
             if (
@@ -464,10 +607,7 @@ class _KeptSessions:
                 del self._sessions[key]
                 self._chars -= session.chars
                 return
-            session.stored = rows + session.stored
-            session.stored_checked = checked + session.stored_checked
-            session.chars += chars
-            self._chars += chars
+            self._chars += session.store(rows, checked)
             self._sessions.move_to_end(key)
             while self._chars > KEPT_CHARS or len(self._sessions) > KEPT_SESSIONS:
                 _, dropped = self._sessions.popitem(last=False)
@@ -507,7 +647,9 @@ def history_rows_stored(
                 break
             rows.append(kept)
         if rows and first:
-            _kept.put(str(session_id), rows[::-1], complete=True, first=True)
+            session = _Session(complete=True)
+            session.store(rows[::-1], [values for kept in rows[::-1] for values in kept.checked])
+            _kept.put(str(session_id), session, first=True)
         elif rows:
             _kept.stored_add(str(session_id), rows[::-1])
     except Exception:
@@ -567,32 +709,38 @@ _CHECK = CompiledRead(
 )
 
 
-def _known(session_id: object, session: _Session | None) -> tuple[list[_Kept], bool]:
-    """The session's newest rows as far as they are known without reading them again, and
-    whether they reach its first row: the kept rows if one statement shows each still as it
-    was kept and no other row among them (a row deleted, a context added or removed, a draft
-    grown or completed, a row committed late: all read again), after the rows stored since."""
+def _known(session_id: object, session: _Session | None) -> tuple[_Session, list[_Kept]]:
+    """The session's kept turns, with the rows stored since added, if one statement shows each
+    kept row still as it was kept and no other row among them (a row deleted, a context added
+    or removed, a draft grown or completed, a row committed late: all read again). Else a new
+    `_Session` and the newest rows, if read already (the window walks from them)."""
     if session is None:
-        return [], False
-    rows = session.rows
-    since = 0 if session.complete else rows[-1].row.id
+        return _Session(), []
+    since = session.edge.row.id if session.edge is not None else 0
     found = _CHECK.rows(session_id, since)
-    newest = rows[0].row.id
+    newest = session.newest
+    stored, stored_checked = session.unstore()
     new, contexts = 0, False  # the check reads the new rows' contexts' ids too
     while new < len(found) and found[new][0] > newest:
         contexts = contexts or found[new][2] is not None
         new += 1
-    if len(found) >= CHECK_ROWS or found[new:] != session.checked:
-        return [], False
+    if (
+        len(found) >= CHECK_ROWS
+        or found[new:] != session.checked
+        or (since == 0 and not session.complete)
+    ):
+        return _Session(), []
     if not new:
-        return rows, session.complete
-    if found[:new] == session.stored_checked:  # just what the turn stored: known already
-        return session.stored + rows, session.complete
+        return session, []
+    if found[:new] == stored_checked:  # just what the turn stored: known already
+        session.newer(stored)
+        return session, []
     # The new rows the check saw without a context have none: their contexts are not read.
     fresh = _read(session_id, after=newest, seen=newest if contexts else found[0][0])
     if len(fresh) >= READ_BATCH:  # too many to join up: the rows before them are read
-        return fresh, False
-    return fresh + rows, session.complete
+        return _Session(), fresh
+    session.newer(fresh)
+    return session, []
 
 
 def history_window(*, session_id: object, budget: int, images: bool = False) -> HistoryWindow:
@@ -602,32 +750,45 @@ def history_window(*, session_id: object, budget: int, images: bool = False) -> 
     `images`: the newest user message's pictures go as `image_url` parts (the model takes
     images); older pictures, and every picture otherwise, are described in words.
 
-    The rows a window walked are kept for the session's next one (its next step, its next
+    The turns a window walked are kept for the session's next one (its next step, its next
     turn), which reads only the rows stored since and one statement checking the kept ones
-    (`_known`): a step costs what is new, not the window's length."""
+    (`_known`), adds them to its newest turns and finds the oldest turn that fits from the
+    kept turns' token sums: a step costs what is new, not the window's length."""
     key = str(session_id)
-    known, complete = _known(session_id, _kept.take(key))
-    gather = _Gather(budget=budget, images=images)
-    for batch in _newest_first(session_id, known, complete):
-        if not gather.walk(batch):
-            left_out, complete = True, False
-            break
-    else:
-        turn_rows = gather.turn_rows
-        left_out, complete = bool(turn_rows) and not gather.take(turn_rows), True
-    _kept.put(key, gather.walked, complete=complete)
-    return HistoryWindow(
-        messages=[entry for turn in reversed(gather.turns) for entry in turn],
-        left_out=left_out,
-        latest_user=gather.latest_user,
-    )
+    session, start = _known(session_id, _kept.take(key))
+    turns, sums = session.turns, session.sums
+    newest, used = turns[-1].sent(images) if turns else ([], 0)
+    # Turns cost at least a token: the sums grow, and the oldest turn that fits with those
+    # after it is found by bisection (a window is the newest turns that fit, in a row).
+    first = bisect_left(sums, sums[-2] - (budget - used), 0, len(turns) - 1) if turns else 0
+    latest_user = session.latest_user(first)
+    if first == 0 and not session.complete:  # older turns may fit: walk them
+        gather = _Gather(budget=budget, images=images, known=bool(turns))
+        gather.used = used + sums[-2] - sums[0] if turns else 0
+        complete = True
+        edge = [session.edge] if session.edge is not None else start
+        for batch in _newest_first(session_id, edge):
+            if not gather.walk(batch):
+                complete = False
+                break
+        else:
+            if gather.turn_rows:
+                gather.take(gather.turn_rows)
+        if not turns:
+            newest = gather.newest or []
+        latest_user = latest_user or gather.latest_user
+        session.older(gather, complete=complete)
+        first = int(gather.failed is not None)
+    messages = list(chain.from_iterable(map(attrgetter("entries"), session.turns[first:-1])))
+    messages += newest
+    session.drop(first - 1)
+    _kept.put(key, session)
+    return HistoryWindow(messages=messages, left_out=first > 0, latest_user=latest_user)
 
 
-def _newest_first(session_id: object, known: list[_Kept], complete: bool) -> Iterator[list[_Kept]]:
+def _newest_first(session_id: object, known: list[_Kept]) -> Iterator[list[_Kept]]:
     """The known rows, then the older ones read a batch at a time (newest first)."""
     yield known
-    if complete:
-        return
     before = known[-1].row.id if known else None
     while True:
         batch = _read(session_id, before=before)

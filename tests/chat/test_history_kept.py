@@ -273,7 +273,8 @@ def test_a_new_sessions_first_message_is_kept_as_its_whole_session(monkeypatch):
     """A new session's first turn's message is kept as the session's only row: its first
     window checks it (a statement) instead of reading the rows and their contexts (two). Any
     other row the session holds after all (written without a turn's numbering) shows in that
-    check, and the window is read as before."""
+    check, which read every row of the session: the rows it did not know are read as new ones
+    (their contexts only if the check showed some)."""
     from tests.chat.costs import Costs
 
     monkeypatch.setattr(history, "_kept", history._KeptSessions())
@@ -293,7 +294,7 @@ def test_a_new_sessions_first_message_is_kept_as_its_whole_session(monkeypatch):
         statements.append(len(costs.statements))
         history.history_rows_stored(session_id=session.session.pk, messages=[message], first=True)
         assert_same_window(session.session.pk, budget=100_000, images=False)
-    assert statements[1:] == [1, 3], statements  # 2 read before; the check, then the 2 reads
+    assert statements[1:] == [1, 2], statements  # 2 read before; the check, then the rows
 
 
 def test_a_window_of_thousands_of_short_rows_is_kept_and_checked_in_one_statement(monkeypatch):
@@ -328,14 +329,14 @@ def test_a_window_of_thousands_of_short_rows_is_kept_and_checked_in_one_statemen
     assert again.messages == first.messages
 
 
-def test_a_step_walks_its_kept_rows_without_a_python_call_for_each():
-    """Every step walks its whole window (issue 15: the database thread every turn queues on):
-    each kept row cost three Python calls or so (a generator's step, its entry's method, a
-    generator's step to sum what it keeps): 390 more for 30 more turns of 4 rows. Now the
-    rows are walked in the loops' own code: a call per turn (30 more)."""
+def test_a_step_costs_the_same_python_calls_whatever_the_windows_length():
+    """Every step walked its whole window again (issue 15: the engine's database thread every
+    turn queues on): a Python call per kept turn (138 calls at 10 turns, 248 at 120, session
+    32). Now the kept turns stay gathered with their token sums, and a step adds only its new
+    rows and finds the oldest turn that fits by bisection: the same calls at any length."""
     user = get_user_model().objects.create_user("walks")
     calls = {}
-    for length in (2, 10, 40):  # the first compiles the reads (geosense/compiled.py)
+    for length in (2, 10, 120):  # the first compiles the reads (geosense/compiled.py)
         session = Session(user)
         turns(session, length)
         history_window(session_id=session.session.pk, budget=100_000)  # the turn before
@@ -343,8 +344,33 @@ def test_a_step_walks_its_kept_rows_without_a_python_call_for_each():
         calls[length] = python_calls_of(
             history_window, session_id=session.session.pk, budget=100_000
         )
-    assert calls[10] < 250, calls  # 318 before
-    assert calls[40] - calls[10] <= 35, calls  # 390 before
+    assert calls[10] == calls[120] < 150, calls
+
+
+def test_the_kept_turns_follow_the_budget_down_and_up(monkeypatch):
+    """A step keeps only the turns of its window, the one left out before them and the row
+    after it (`_Session.drop`); a later window with a larger budget (another agent's tools, a
+    shorter prompt) walks the older turns from that row again, and one with the same budget
+    finds the same turns from the kept token sums: each is the window read from the
+    database, with or without new rows between them."""
+    monkeypatch.setattr(history, "_kept", history._KeptSessions())
+    monkeypatch.setattr(history, "READ_BATCH", 5)  # batches end inside turns
+    user = get_user_model().objects.get_or_create(username="budgets")[0]
+    session = Session(user)
+    turns(session, 12)
+    for budget, more in (
+        (100_000, 0),
+        (400, 0),
+        (400, 1),
+        (150, 0),
+        (900, 1),
+        (1, 0),
+        (100_000, 1),
+    ):
+        turns(session, more)
+        assert_same_window(session.session.pk, budget=budget, images=False)
+        kept = history._kept._sessions[str(session.session.pk)]
+        assert kept.complete or kept.edge.row.id < kept.turns[0].rows[0].row.id
 
 
 def test_a_step_reads_the_contexts_of_its_new_rows_only_when_they_have_some():
