@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.backends.sqlite3.operations import DatabaseOperations as SQLiteOperations
 from django.db.backends.utils import CursorWrapper
 from django.db.models import DateTimeField, Field, Model, QuerySet, UUIDField
 from django.db.models.sql import UpdateQuery
@@ -234,7 +235,7 @@ class CompiledRead(_Compiled):
                 qmark=qmark_form(connection, sql),
                 head=tuple(head),
                 converters=tuple(
-                    (position, tuple(functions), expression)
+                    (position, tuple(map(_converter_kept, functions)), expression)
                     for position, (functions, expression) in converters.items()
                     if position not in self.raw
                 ),
@@ -247,6 +248,29 @@ class CompiledRead(_Compiled):
         if plan is _ORM:
             return [tuple(row) for row in queryset]
         return self.rows(*args)  # as every later call gives them, values as it converts them
+
+
+def _time_read(value: Any, expression: Any, connection: Any) -> Any:
+    """SQLite's `convert_datetimefield_value`: a stored time (made a naive datetime by the
+    converter Django registers with Python's sqlite3 for the column's type) in the
+    connection's time zone, set here without the settings' `USE_TZ`, `is_aware` and
+    `make_aware` (4 Python calls a time; a request's token, user and session reads hold 8).
+    `connection.timezone` is None without `USE_TZ`; any other value goes to Django's
+    converter."""
+    if value is None:
+        return None
+    if type(value) is datetime.datetime:
+        zone = connection.timezone
+        if zone is not None:
+            return value.replace(tzinfo=zone) if value.utcoffset() is None else value
+    return connection.ops.convert_datetimefield_value(value, expression, connection)
+
+
+def _converter_kept(function: Callable) -> Callable:
+    """The converter a plan keeps for `function`: `_time_read` for SQLite's time converter."""
+    if getattr(function, "__func__", None) is SQLiteOperations.convert_datetimefield_value:
+        return _time_read
+    return function
 
 
 def _rows_converted(plan: _Plan, rows: list[Any], connection: Any) -> list[tuple[Any, ...]]:
