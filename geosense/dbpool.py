@@ -223,9 +223,12 @@ def db_pool() -> _Pool:
 
 
 def _connection_fit(conn: Any, now: float) -> bool:
-    """Whether the pool thread may keep this connection for its next call: back in
-    autocommit, outside any transaction, not failed, and not older than the limit."""
-    if conn.in_atomic_block or conn.get_autocommit() != conn.settings_dict["AUTOCOMMIT"]:
+    """Whether the pool thread may keep this open connection for its next call: back in
+    autocommit, outside any transaction, not failed, and not older than the limit. Its
+    `autocommit` read as it is: `get_autocommit()` first makes sure the connection is open,
+    through Django's async-safety check, which on a pool thread raises and catches a
+    `RuntimeError` (no running loop), every trip."""
+    if conn.in_atomic_block or conn.autocommit != conn.settings_dict["AUTOCOMMIT"]:
         return False
     if conn.errors_occurred and not conn.is_usable():
         return False
@@ -317,42 +320,34 @@ class _Trip:
         args: tuple,
         kwargs: dict,
     ) -> None:
-        """In the pool thread: the call, then its end handed to the loop in one callback
-        (asyncio's `wrap_future` takes a done callback on each side, and a concurrent future's
-        locks and five reads of its state on the loop)."""
-        try:
-            result = self._call(loop, caller_exception, task_context, context, args, kwargs)
-        except BaseException as error:
-            _hand_over(loop, ended, None, error)
-        else:
-            _hand_over(loop, ended, result, None)
-
-    def _call(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        caller_exception: BaseException | None,
-        task_context: list[asyncio.Task],
-        context: contextvars.Context,
-        args: tuple,
-        kwargs: dict,
-    ) -> Any:
-        """asgiref's `thread_handler`, then the connections tidied."""
+        """In the pool thread: asgiref's `thread_handler`, the call, the connections tidied,
+        then the call's end handed to the loop in one callback (asyncio's `wrap_future` takes a
+        done callback on each side, and a concurrent future's locks and five reads of its state
+        on the loop)."""
         threadlocal = SyncToAsync.threadlocal
         threadlocal.main_event_loop = loop
         threadlocal.main_event_loop_pid = os.getpid()
         threadlocal.task_context = task_context
         trip_connections.default = connections[DEFAULT_DB_ALIAS]
         try:
-            if caller_exception is None:
-                return context.run(self._in_context, context, args, kwargs)
             try:
-                raise caller_exception
-            except BaseException:
-                return context.run(self._in_context, context, args, kwargs)
-        finally:
-            trip, trip_connections.default = trip_connections.default, None
-            pool = self.pool
-            connections_tidy(busy=pool.keep_idle or (pool.single and pool.queued > 0), trip=trip)
+                if caller_exception is None:
+                    result = context.run(self._in_context, context, args, kwargs)
+                else:
+                    try:
+                        raise caller_exception
+                    except BaseException:
+                        result = context.run(self._in_context, context, args, kwargs)
+            finally:
+                trip, trip_connections.default = trip_connections.default, None
+                pool = self.pool
+                connections_tidy(
+                    busy=pool.keep_idle or (pool.single and pool.queued > 0), trip=trip
+                )
+        except BaseException as error:
+            _hand_over(loop, ended, None, error)
+        else:
+            _hand_over(loop, ended, result, None)
 
     def _in_context(self, context: contextvars.Context, args: tuple, kwargs: dict) -> Any:
         _context_restore(context)  # asgiref `Local`s set on the loop, moved to this thread

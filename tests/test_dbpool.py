@@ -217,6 +217,40 @@ async def test_a_trip_tidies_its_own_connection_without_looking_the_threads_up()
     assert own <= looked_up - 5, (own, looked_up)
 
 
+async def test_a_trip_costs_the_pools_thread_few_python_calls_besides_its_function():
+    """The pool thread's side of a trip whose connection is kept (a served-call turn makes
+    five; the engine's thread is the queue every turn waits in): the call in the caller's
+    context, the connection tidied, the end handed to the loop. Django's `get_autocommit()`
+    made three Python calls there and raised and caught a `RuntimeError` (its async-safety
+    check, on a thread without a loop), and the handler and the call were two methods."""
+    from django.db import connections
+
+    from tests.chat.costs import python_calls_of
+
+    loop = asyncio.get_running_loop()
+    ended = [loop.create_future()]
+    trip = dbpool._Trip(_answer, dbpool._Pool(max_workers=1, keep_idle=True))
+
+    def run_counted() -> tuple[int, bool]:  # in a thread of its own, its connection open
+        own_connection = connections["default"]
+        with own_connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        raw = own_connection.connection
+        context = contextvars.copy_context()
+        calls = python_calls_of(trip._run, loop, ended, None, [], context, (7,), {})
+        kept = own_connection.connection is raw
+        own_connection.close()
+        return calls, kept
+
+    calls, kept = await asyncio.to_thread(run_counted)
+    assert await ended[0] == 7
+    assert kept
+    # 15 before (14 outside the tests, whose pytest-django patch adds one): `_run`, `_call`,
+    # `connections[alias]` (3), `_in_context`, `_context_restore`, `_answer`,
+    # `connections_tidy`, `_connection_fit`, `get_autocommit` (3), `_hand_over`.
+    assert calls <= 10, calls
+
+
 _seen = contextvars.ContextVar("seen")
 _local = Local()
 
