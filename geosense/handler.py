@@ -382,12 +382,12 @@ def request_resolved(request: HttpRequest) -> ResolverMatch | None:
     return match
 
 
-async def _first_done(tasks: list[asyncio.Task]) -> None:
-    """`asyncio.wait(tasks, return_when=FIRST_COMPLETED)` for the handler's two tasks, without
-    its checks of the arguments (an ABC's `isinstance` a task), its sets and its callback's
-    removal: 9 Python calls a request less. A cancelled wait leaves the tasks running, as
-    `asyncio.wait` does."""
-    first = asyncio.get_running_loop().create_future()
+async def _first_done(tasks: list[asyncio.Task], loop: asyncio.AbstractEventLoop) -> None:
+    """`asyncio.wait(tasks, return_when=FIRST_COMPLETED)` for the handler's two tasks (on
+    `loop`, the running one), without its checks of the arguments (an ABC's `isinstance` a
+    task), its sets and its callback's removal: 9 Python calls a request less. A cancelled wait
+    leaves the tasks running, as `asyncio.wait` does."""
+    first = loop.create_future()
 
     def done(task: asyncio.Task) -> None:
         if not first.done():
@@ -474,12 +474,15 @@ class ASGIHandler(asgi.ASGIHandler):
                 response.__dict__.pop("items", None)
             return response
 
-        # The disconnect listener first: it cancels the view if the client goes away.
+        # The disconnect listener first: it cancels the view if the client goes away. The tasks
+        # made by the loop itself: `asyncio.create_task` looks the loop up again for each (its
+        # pid checked by a `getpid` system call) and names it (two Python calls a task).
+        loop = asyncio.get_running_loop()
         tasks = [
-            asyncio.create_task(self.listen_for_disconnect(receive)),
-            asyncio.create_task(process_request(request, send)),
+            loop.create_task(self.listen_for_disconnect(receive)),
+            loop.create_task(process_request(request, send)),
         ]
-        await _first_done(tasks)
+        await _first_done(tasks, loop)
         for task in tasks:
             if task.done():
                 # Read, not raised: the client's going away (the usual end of a stream) raised
