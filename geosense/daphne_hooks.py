@@ -455,35 +455,28 @@ def _timings_text(timings) -> str:
     return pprint.pformat(timings._timings)
 
 
-def _unsent(connection, data: bytes) -> bytes:
-    """What of `data` the kernel did not take: sent at once where a write could go out now
-    (plain TCP, open, nothing queued); all of it otherwise, or on an error (full: EAGAIN),
-    for Twisted to queue and meet as before. (One function: the check and the send were a
-    Python call each, for every frame and SSE chunk.)"""
-    if (
-        connection.TLS
-        or not connection.connected
-        or connection.disconnecting
-        or connection._writeDisconnected
-        or connection._tempDataBuffer
-        or connection.offset != len(connection.dataBuffer)
-    ):
-        return data
-    try:
-        sent = connection.socket.send(data)
-    except OSError:
-        sent = 0
-    return data[sent:]
-
-
 def _sent_at_once(write):
-    """`tcp.Connection.write`, sending at once what nothing queued is ahead of."""
+    """`tcp.Connection.write`, sending at once what nothing queued is ahead of (plain TCP,
+    open, nothing queued); what the kernel does not take, or all of it on an error (full:
+    EAGAIN), goes to Twisted's `write` to queue and meet as before. (One function: the check,
+    the send and the write were a Python call each, for every frame and SSE chunk.)"""
 
     def write_now(self, data: bytes) -> None:
-        if type(data) is bytes:
-            data = _unsent(self, data)
-            if not data:
+        if type(data) is bytes and not (
+            self.TLS
+            or not self.connected
+            or self.disconnecting
+            or self._writeDisconnected
+            or self._tempDataBuffer
+            or self.offset != len(self.dataBuffer)
+        ):
+            try:
+                sent = self.socket.send(data)
+            except OSError:
+                sent = 0
+            if sent == len(data):
                 return
+            data = data[sent:]
         write(self, data)
 
     write_now.sent_at_once = True
@@ -494,14 +487,13 @@ _ONLY_BYTES = frozenset({bytes})
 
 
 def _sequence_sent_at_once(write_sequence):
-    """`tcp.Connection.writeSequence`, its pieces joined and sent at once when nothing
-    queued is ahead of them (queued joined otherwise, the same bytes in the same order)."""
+    """`tcp.Connection.writeSequence`, its pieces joined and written as one (`write_now`: sent
+    at once when nothing queued is ahead of them, queued joined otherwise: the same bytes in
+    the same order)."""
 
     def write_sequence_now(self, iovec) -> None:
         if type(iovec) in (list, tuple) and _ONLY_BYTES.issuperset(map(type, iovec)):
-            rest = _unsent(self, b"".join(iovec))
-            if rest:
-                write_sequence(self, [rest])
+            self.write(b"".join(iovec))
             return
         write_sequence(self, iovec)
 

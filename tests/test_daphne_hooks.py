@@ -623,7 +623,28 @@ def test_a_sequence_is_checked_and_sent_without_a_python_call_per_piece():
     with _connection(b"") as (connection, _ours, theirs, _writers):
         calls = _hook_calls(lambda: connection.writeSequence(http.toChunk(b"event")))
         assert theirs.recv(64) == b"5\r\nevent\r\n"
-    assert calls == ["write_sequence_now", "_unsent"]
+    assert calls == ["write_sequence_now", "write_now"]
+
+
+def test_a_write_to_an_idle_connection_is_sent_in_one_python_call():
+    """Each frame and SSE chunk written: the connection's `write`, then its check and send
+    (`_unsent`): two Python calls, one now."""
+    with _connection(b"") as (connection, _ours, theirs, _writers):
+        calls = _hook_calls(lambda: connection.write(b"frame"))
+        assert theirs.recv(64) == b"frame"
+    assert calls == ["write_now"]
+
+
+@pytest.mark.parametrize("kernel_takes", [0, 2], ids=["nothing", "part"])
+def test_what_the_kernel_does_not_take_is_queued_by_twisted(kernel_takes):
+    with _connection(b"") as (connection, ours, theirs, writers):
+        connection.socket = type("Full", (), {})()
+        connection.socket.send = lambda data: ours.send(data[:kernel_takes])
+        connection.write(b"frame")
+        assert writers == [connection]
+        connection.socket = ours
+        connection.doWrite()
+        assert theirs.recv(64) == b"frame"
 
 
 def test_a_frame_sent_makes_its_unwritten_debug_text_without_a_python_call():
