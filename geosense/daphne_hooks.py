@@ -89,6 +89,9 @@ The response path:
   * an answer's start on Daphne's request, after `check_headers_type`, is set by the hook
     (`_answer_started`: its status, its headers as `add_raw_header_known` adds them, Daphne's
     `Server` header as Twisted's `setHeader` sets it): ~17 Python calls an answer fewer;
+  * a debug line's check (Daphne's, per chunk and frame, kept by the hooks) asks logging's
+    `isEnabledFor` only where the logger has not already found DEBUG off (its cache of levels,
+    `_levels_found`): a Python call a chunk and a frame fewer where debug logging is off;
   * any other message skips `check_headers_type` unless it is a start (or has no type, which
     fails it as before), then goes to the protocol's `handle_reply` as before;
   * Daphne's socket protocol hashes by identity in C, as Daphne's HTTP request does
@@ -178,6 +181,14 @@ _SOCKET_OPEN = AutobahnProtocol.STATE_OPEN
 # line. Set by `daphne_hooks_install`, as `_CANONICAL_NAMES`.
 _AUTOBAHN_LOG: Any = None
 _TXAIO_NO_OP: Any = None
+# What Daphne's two loggers have found of their levels (logging's private `Logger._cache`, level
+# → enabled, cleared in place whenever a level or `logging.disable` changes): a level found off
+# is off for `isEnabledFor` too, so a debug line's check asks it only where its answer may be
+# yes (it is a Python call, for every chunk and frame). Set by `daphne_hooks_install`, as
+# `_CANONICAL_NAMES`; empty until then: every check asks `isEnabledFor`.
+_DEBUG = logging.DEBUG
+_DAPHNE_LEVELS: dict[int, bool] = {}
+_SOCKET_LEVELS: dict[int, bool] = {}
 _FRAME_HEAD_16 = struct.Struct("!BBH")
 _FRAME_HEAD_64 = struct.Struct("!BBQ")
 # Twisted's HTTP channel's `writeSequence` (its transport's), where a chunk is written as one piece.
@@ -231,7 +242,7 @@ async def handle_reply(self, protocol, message) -> None:
             _answer_head_written(protocol, body)
         else:
             Request.write(protocol, body)
-        if daphne_logger.isEnabledFor(logging.DEBUG):
+        if _DAPHNE_LEVELS.get(_DEBUG, True) and daphne_logger.isEnabledFor(_DEBUG):
             daphne_logger.debug("HTTP response chunk for %s", protocol.client_addr)
         return
     if (
@@ -244,7 +255,7 @@ async def handle_reply(self, protocol, message) -> None:
         if text and not message.get("bytes"):
             # Daphne's `WebSocketProtocol.handle_reply` and `serverSend` for a text frame on an
             # accepted socket (what every frame of a GeoSense socket is).
-            if daphne_socket_logger.isEnabledFor(logging.DEBUG):
+            if _SOCKET_LEVELS.get(_DEBUG, True) and daphne_socket_logger.isEnabledFor(_DEBUG):
                 daphne_socket_logger.debug(
                     "Sent WebSocket packet to client for %s", protocol.client_addr
                 )
@@ -358,10 +369,18 @@ def _answer_started(request, message: dict) -> None:
     server_name = request.server.server_name
     if server_name and b"Server" not in raw:
         raw[b"Server"] = [b" ".join(server_name.encode().splitlines())]
-    if daphne_logger.isEnabledFor(logging.DEBUG):
+    if _DAPHNE_LEVELS.get(_DEBUG, True) and daphne_logger.isEnabledFor(_DEBUG):
         daphne_logger.debug(
             "HTTP %s response started for %s", message["status"], request.client_addr
         )
+
+
+def _levels_found(logger: logging.Logger) -> dict[int, bool]:
+    """`logger`'s cache of the levels it has found on or off (logging's `Logger._cache`, which
+    `isEnabledFor` answers from unless the logger is disabled), or an empty dict where it keeps
+    none (a Python whose logging changed: every check then asks `isEnabledFor`)."""
+    found = getattr(logger, "_cache", None)
+    return found if type(found) is dict else {}
 
 
 def _header_added(add_raw_header, canonical_names: dict):
@@ -637,8 +656,10 @@ def daphne_hooks_install() -> None:
             installed,
         )
         return
-    global _CANONICAL_NAMES, _AUTOBAHN_LOG, _TXAIO_NO_OP
+    global _CANONICAL_NAMES, _AUTOBAHN_LOG, _TXAIO_NO_OP, _DAPHNE_LEVELS, _SOCKET_LEVELS
     _CANONICAL_NAMES = http_headers._nameEncoder._canonicalHeaderCache
+    _DAPHNE_LEVELS = _levels_found(daphne_logger)
+    _SOCKET_LEVELS = _levels_found(daphne_socket_logger)
     _AUTOBAHN_LOG = inspect.getattr_static(WebSocketProtocol, "log")
     _TXAIO_NO_OP = txaio_tx._no_op
     # Connections.

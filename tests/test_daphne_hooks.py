@@ -93,6 +93,7 @@ ASSUMED_SOURCES = {
     "Headers.setRawHeaders": "0a56d26c55e15b59",  # Transfer-Encoding replaced in place, Server appended last
     "Headers.hasHeader": "fa21ba93e0fac664",
     "Request.setHeader": "eb86f09aeab0f711",
+    "Logger.isEnabledFor": "3418ce7db8104e66",  # a level its cache holds off is off: the debug checks' shortcut
     "HTTPChannel.headerReceived": "c5cb8e0dd2fe0b44",  # a request's header line, in one call where it knows it
     "HTTPChannel._maybeChooseTransferDecoder": "3b92d266a3c7bd2c",
     # An answered connection's close, at once where nothing is queued:
@@ -160,6 +161,7 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
         "Headers.setRawHeaders": Headers.setRawHeaders,
         "Headers.hasHeader": Headers.hasHeader,
         "Request.setHeader": http.Request.setHeader,
+        "Logger.isEnabledFor": logging.Logger.isEnabledFor,
         "HTTPChannel.headerReceived": http.HTTPChannel.headerReceived.__wrapped__,
         "HTTPChannel._maybeChooseTransferDecoder": http.HTTPChannel._maybeChooseTransferDecoder,
         "HTTPChannel.loseConnection": http.HTTPChannel.loseConnection.__wrapped__,
@@ -176,13 +178,14 @@ def test_the_functions_the_hooks_stand_in_for_are_those_they_were_written_for():
 def test_a_middle_chunk_goes_to_twisteds_write_without_daphnes_dispatch():
     """Daphne's `Server.handle_reply`, `check_headers_type`, `WebRequest.handle_reply` and its
     debug line (`debug`, `isEnabledFor`) ran for every SSE chunk before Twisted's write: 5
-    Python calls, 2 now (the hook's `handle_reply`, `isEnabledFor`)."""
+    Python calls, 1 now (the hook's `handle_reply`; `isEnabledFor` only where logging has
+    not found DEBUG off)."""
     server, request, channel = _request_started()
 
     calls = _calls(lambda: _send(server, request, BODY))
 
     assert b"".join(channel.written[-1]) == b"a\r\nevent: x\n\n\r\n"
-    assert calls == ["handle_reply", "write", "toChunk", "isEnabledFor"]
+    assert calls == ["handle_reply", "write", "toChunk"]
 
 
 def _answer_streaming(method: bytes = b"POST", status: int = 200):
@@ -237,7 +240,27 @@ def test_a_chunk_of_a_started_answer_is_handed_to_the_connection_in_one_piece():
     )
 
     assert transport.value().endswith(b"a\r\nevent: x\n\n\r\na\r\nevent: x\n\n\r\n")
-    assert calls == ["handle_reply", "isEnabledFor"]
+    assert calls == ["handle_reply"]
+
+
+@pytest.mark.parametrize("disabled", [False, True])
+def test_a_chunks_debug_check_asks_logging_only_where_debug_may_be_on(caplog, disabled):
+    """`isEnabledFor` (a Python call a chunk and a frame) is asked only until the logger has
+    found DEBUG off; a level set, or a logger disabled, is heard as logging hears it."""
+    from daphne.http_protocol import logger as daphne_logger
+
+    server, request, _channel = _request_started()
+    assert _calls(lambda: _send(server, request, BODY))[-1] != "isEnabledFor"
+
+    caplog.set_level(logging.DEBUG, logger="daphne.http_protocol")  # its cache cleared
+    daphne_logger.disabled = disabled
+    try:
+        _send(server, request, BODY)
+    finally:
+        daphne_logger.disabled = False
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "daphne.http_protocol"]
+    assert lines == ([] if disabled else ["HTTP response chunk for None"])
 
 
 def test_a_chunk_for_a_connection_gone_is_not_written_as_twisted_does_not_write_it():
@@ -334,7 +357,7 @@ def _socket_open(sent: list) -> WebSocketProtocol:
 def test_a_sockets_text_frame_goes_to_autobahns_send_without_daphnes_dispatch():
     """Daphne's `WebSocketProtocol.handle_reply`, `serverSend` and its debug line (`debug`,
     `isEnabledFor`) ran for every frame a socket's consumer sent (each turn event, each client
-    tool's invoke): 5 Python calls before autobahn's `sendMessage`, 2 now."""
+    tool's invoke): 5 Python calls before autobahn's `sendMessage`, 1 now."""
     sent: list = []
     socket = _socket_open(sent)
     server = Server.__new__(Server)
@@ -345,7 +368,7 @@ def test_a_sockets_text_frame_goes_to_autobahns_send_without_daphnes_dispatch():
     calls = _calls(lambda: _send(server, socket, frame))
 
     assert sent == [('{"é": 1}'.encode(), False)] * 2
-    assert calls == ["handle_reply", "isEnabledFor"]
+    assert calls == ["handle_reply"]
 
 
 @pytest.mark.parametrize(
@@ -887,7 +910,7 @@ def test_a_sockets_text_frame_is_written_without_autobahns_three_sends():
     )
 
     assert transport.value().endswith(b'\x81\x11{"type": "event"}' * 2)
-    assert calls == ["handle_reply", "isEnabledFor"]
+    assert calls == ["handle_reply"]
 
 
 def test_a_sockets_text_frame_takes_autobahns_path_while_its_debug_lines_are_on():
@@ -979,7 +1002,6 @@ def test_an_answers_start_costs_few_python_calls():
         "check_headers_type",
         "_answer_started",
         "setResponseCode",
-        "isEnabledFor",
     ]
 
 
@@ -1064,7 +1086,7 @@ def test_an_answers_head_and_first_part_go_to_the_connection_in_one_write():
         b"HTTP/1.1 200 OK\r\nX-A: 1\r\nServer: daphne\r\nTransfer-Encoding: chunked\r\n\r\n"
         b"a\r\nevent: x\n\n\r\n"
     ]
-    assert calls == ["handle_reply", "_answer_head_written", "isEnabledFor"]
+    assert calls == ["handle_reply", "_answer_head_written"]
 
 
 @pytest.mark.parametrize(
