@@ -43,7 +43,7 @@ CHUNK_LINE_MAX_BYTES = 4096
 PAUSE_BYTES = 256 * 1024
 KEEPALIVE_SECONDS = 5.0
 _CHUNK_SIZE_RE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\r\n]*)?")
-_STATUS_RE = re.compile(rb"HTTP/1\.([01]) ([0-9]{3})(?: [^\r\n]*)?")
+_STATUS_RE = re.compile(r"HTTP/1\.([01]) ([0-9]{3})(?: [^\r\n]*)?")
 _BREAK_RE = re.compile(r"[\r\n\x00]")
 # Made once: loading the CA bundle costs ~50 ms of CPU (issue 15, cause 1).
 _TLS = ssl.create_default_context()
@@ -180,7 +180,7 @@ class Response:
                 self._fail(BrokenAnswer("the model server's answer has an oversized head"))
             self._head = head
             return b""
-        lines = head[:end].split(b"\r\n")
+        lines = head[:end].decode("latin-1").split("\r\n")
         status = _STATUS_RE.fullmatch(lines[0])
         if status is None:
             self._fail(BrokenAnswer("the model server did not answer in HTTP/1.x"))
@@ -191,16 +191,15 @@ class Response:
             return self._head_feed(head[end + 4 :])
         headers: dict[str, str] = {}
         for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or not name or name != name.strip():
+            name, colon, value = line.partition(":")
+            if not colon or not name or name[0] in " \t" or name[-1] in " \t":
                 self._fail(BrokenAnswer("the model server's answer has a malformed header"))
                 return b""
-            name = name.decode("latin-1").lower()
-            value = value.strip().decode("latin-1")
+            name, value = name.lower(), value.strip()
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         self._head, self.status, self.headers = None, code, headers
         connection = headers.get("connection", "").lower()
-        self._keep = status[1] == b"1" and "close" not in connection
+        self._keep = status[1] == "1" and "close" not in connection
         encoding = headers.get("transfer-encoding", "").lower()
         if self._bodiless or code in (204, 304):
             self._mode, self._complete = _LENGTH, True

@@ -309,3 +309,33 @@ async def test_a_tunnel_the_proxy_refuses_is_a_connection_error(raw_server):
             await client.post(b"{}")
     finally:
         await client.close()
+
+
+async def test_an_answers_header_costs_the_loop_few_calls(raw_server):
+    """The head is decoded once and each header is cut, its name lowered and its value
+    stripped: three C calls a header (five when each name and value was decoded apart). Counted
+    as the difference between an answer with 2 headers and one with 42 (the least of five
+    each: a loaded machine adds rounds of the loop)."""
+    from tests.chat.costs import python_calls
+
+    def answer(headers: int) -> list[bytes]:
+        extra = b"".join(b"X-Header-%d: value %d\r\n" % (n, n) for n in range(headers - 2))
+        return [
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n%bContent-Length: 2\r\n\r\nok" % extra
+        ]
+
+    client = client_of(raw_server)
+    try:
+        raw_server.answers.append(answer(2))
+        await body_of(client)  # the connection: what every later request finds
+        counts = {}
+        for headers in (2, 42):
+            runs = []
+            for _ in range(5):
+                raw_server.answers.append(answer(headers))
+                runs.append(await python_calls(body_of(client), builtins=True))
+            counts[headers] = min(runs)
+    finally:
+        await client.close()
+
+    assert counts[42] - counts[2] <= 40 * 3.5, counts
