@@ -30,7 +30,18 @@ from operator import attrgetter
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Case, F, IntegerField, QuerySet, TextField, Value, When
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import (
+    BooleanField,
+    Case,
+    F,
+    IntegerField,
+    QuerySet,
+    TextField,
+    Value,
+    When,
+)
+from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 from django.db.models.functions import Length, Substr
 
@@ -38,7 +49,7 @@ from geosense.compiled import CompiledRead, db_value
 from geosense.fields import json_nul_free, json_text
 from tools.registry import ToolSpecs
 
-from .models import Artifact, Message
+from .models import Artifact, ChatSession, Message
 
 CHARS_PER_TOKEN = 4
 # What one picture costs a vision model, about (OpenAI: 85 + 170 per 512-px tile of an 800-px map).
@@ -261,12 +272,17 @@ def _entry(
     return entry, tokens_estimate(entry)
 
 
-# What a kept row's entry depends on that may change in the database, as `_CHECK` reads it
-# (its rows): the row's id, the length of its text while it is cut off (a draft's text only
-# grows, and completing it clears the flag; no UPDATE touches a message that is not cut off,
-# chat/services.py), and the primary keys of the contexts attached to it, in order (an
-# artifact is attached as it is stored and never changed, only deleted). Ids are never reused.
-_Checked = tuple[tuple[int, int | None, int | None], ...]
+# What a kept row's entry depends on that may change in the database, as `_CHECK` writes it
+# (a text per row and context, "id:cut:context"): the row's id, the length of its text while
+# it is cut off (a draft's text only grows, and completing it clears the flag; no UPDATE
+# touches a message that is not cut off, chat/services.py), and the primary keys of the
+# contexts attached to it, in order (an artifact is attached as it is stored and never
+# changed, only deleted), each empty when there is none. Ids are never reused.
+_Checked = tuple[str, ...]
+
+
+def _checked(row_id: int, cut: int | None, pk: int | None) -> str:
+    return f"{row_id}:{'' if cut is None else cut}:{'' if pk is None else pk}"
 
 
 @dataclass
@@ -301,10 +317,10 @@ def _read(
         found = contexts.get(row.id)
         cut = row.size if row.cut_off else None
         if found is None:  # most rows: no context, no call to make what is checked
-            checked, contexts_kept = ((row.id, cut, None),), []
+            checked, contexts_kept = (f"{row.id}:{'' if cut is None else cut}:",), []
         else:
             pks = sorted(context[0] for context in found)
-            checked = tuple((row.id, cut, pk) for pk in pks)
+            checked = tuple(_checked(row.id, cut, pk) for pk in pks)
             contexts_kept = [context[1:] for context in found]
         chars = _kept_chars(row, contexts_kept)
         kept.append(_Kept(row=row, contexts=contexts_kept, checked=checked, chars=chars))
@@ -438,8 +454,8 @@ class _Gather:
 # bounded by tokens, not rows: at 32,000 tokens a session of short turns (a question, a call, a
 # short result, a short answer) fills ~2,000 rows, and at 2,048 here (kept windows up to 1,024
 # rows) every step of such a session read and decoded its whole window again, 45-130 ms of the
-# engine's one database thread a turn (session 31). The check's own cost is three integers a
-# row, in one statement.
+# engine's one database thread a turn (session 31). The check's own cost is the database's: a
+# short text a row, joined and compared in one statement (`_CHECK`) that answers one row.
 CHECK_ROWS = 8_192
 # What is kept for all sessions together, in characters of text, calls and contexts' data (the
 # least recently used go first), and at most this many sessions.
@@ -464,11 +480,11 @@ class _Session:
     edge: _Kept | None = None
     complete: bool = False
     chars: int = 0  # of the turns' rows, the edge and `stored`
-    checked: list[tuple[int, int | None, int | None]] = field(default_factory=list)  # `_CHECK`'s
+    checked: list[str] = field(default_factory=list)  # `_CHECK`'s
     # Rows the turn holding the claim stored since (`history_rows_stored`), newest first, and
     # what `_CHECK` reads of them: the next window's new rows when the check finds just these.
     stored: list[_Kept] = field(default_factory=list)
-    stored_checked: list[tuple[int, int | None, int | None]] = field(default_factory=list)
+    stored_checked: list[str] = field(default_factory=list)
     stored_chars: int = 0
 
     @property
@@ -476,7 +492,7 @@ class _Session:
         """The id of the newest row kept (not counting `stored`), 0 if none."""
         return self.turns[-1].rows[-1].row.id if self.turns else 0
 
-    def store(self, rows: list[_Kept], checked: list[tuple[int, int | None, int | None]]) -> int:
+    def store(self, rows: list[_Kept], checked: list[str]) -> int:
         """Note `rows` (newest first, newer than the others) as stored since; their chars."""
         chars = sum([kept.chars for kept in rows])
         self.stored = rows + self.stored
@@ -485,7 +501,7 @@ class _Session:
         self.chars += chars
         return chars
 
-    def unstore(self) -> tuple[list[_Kept], list[tuple[int, int | None, int | None]]]:
+    def unstore(self) -> tuple[list[_Kept], list[str]]:
         """The rows noted as stored since, and what the check reads of them, no longer kept."""
         stored, checked = self.stored, self.stored_checked
         self.stored, self.stored_checked = [], []
@@ -679,32 +695,67 @@ def _stored_row(message: Message) -> _Kept | None:
         tool_call_id=call_id,
         cut_off=False,
     )
-    return _Kept(row=row, contexts=[], checked=((row.id, None, None),), chars=_kept_chars(row, []))
+    return _Kept(row=row, contexts=[], checked=(f"{row.id}::",), chars=_kept_chars(row, []))
 
 
-def _check_query(session_id: object, since: int) -> QuerySet:
-    rows = (
-        Message.objects.filter(session_id=session_id)
-        .filter(id__gte=since)
-        .exclude(role=Message.Role.NOTE)
-    )
+def _checked_query(session_id: object, since: int, newest: int | None) -> QuerySet:
+    """What `_CHECK` compares of the rows from `since` (to `newest`), newest first: a row per
+    row and context (`_checked`)."""
+    rows = Message.objects.filter(session_id=session_id).filter(id__gte=since)
+    if newest is not None:
+        rows = rows.filter(id__lte=newest)
     cut = Case(
         When(cut_off=True, then=Length("content")), default=Value(None), output_field=IntegerField()
     )
-    rows = rows.annotate(cut=cut).order_by("-id", "artifact__id")
-    return rows.values_list("id", "cut", "artifact__id")[:CHECK_ROWS]
+    rows = rows.exclude(role=Message.Role.NOTE).annotate(cut=cut, context=F("artifact__id"))
+    return rows.order_by("-id", "artifact__id").values("id", "cut", "context")[:CHECK_ROWS]
 
 
-def _check_tail(connection: Any, session_id: object, since: int) -> list[Any]:
-    return [db_value(Message, "session", session_id, connection), since, Message.Role.NOTE]
+# `_checked`'s texts of a `_checked_query`, joined by the database.
+_JOINED = {
+    "sqlite": "GROUP_CONCAT(id || ':' || COALESCE(cut, '') || ':' || COALESCE(context, ''), ',')",
+    "postgresql": "STRING_AGG(CONCAT(id, ':', cut, ':', context), ',')",
+}
 
 
-# Every step checks its kept rows: compiled once per process; its values (integers or NULL)
-# are compared as the database gives them.
+def _check_query(session_id: object, since: int, newest: int, kept: str) -> QuerySet:
+    """One row: whether the kept rows' texts (`_checked`), joined in order, are `kept`, and the
+    new rows' (newer than `newest`) joined, or NULL. Joined by the database in the order its
+    subquery gives them (SQLite's `group_concat` promises no order: a different one would
+    only fail the check, since equal texts are the same rows, contexts and drafts' lengths)."""
+    join = _JOINED[connections[DEFAULT_DB_ALIAS].vendor]
+    kept_sql, kept_params = _checked_query(session_id, since, newest).query.sql_with_params()
+    new_sql, new_params = _checked_query(session_id, newest + 1, None).query.sql_with_params()
+    same = RawSQL(
+        f"SELECT COALESCE({join}, '') = %s FROM ({kept_sql}) kept_rows",
+        (kept, *kept_params),
+        output_field=BooleanField(),
+    )
+    fresh = RawSQL(f"SELECT {join} FROM ({new_sql}) new_rows", new_params, output_field=TextField())
+    return (
+        ChatSession.objects.filter(pk=session_id)
+        .annotate(same=same, fresh=fresh)
+        .order_by()
+        .values_list("same", "fresh")
+    )
+
+
+def _check_tail(
+    connection: Any, session_id: object, since: int, newest: int, kept: str
+) -> list[Any]:
+    session = db_value(Message, "session", session_id, connection)
+    note = Message.Role.NOTE
+    return [kept, session, since, newest, note, session, newest + 1, note, session]
+
+
+# Every step checks its kept rows: compiled once per process. SQLite (or PostgreSQL) reads
+# every kept row, and the answer is one row: Python's work is the rows stored since, not
+# the window's (each kept row's three integers were a tuple to make and compare at every step
+# of every turn, issue 15).
 _CHECK = CompiledRead(
     build=_check_query,
     tail=_check_tail,
-    shape=lambda session_id, since: CHECK_ROWS,
+    shape=lambda session_id, since, newest, kept: CHECK_ROWS,
     converted=False,
 )
 
@@ -717,26 +768,23 @@ def _known(session_id: object, session: _Session | None) -> tuple[_Session, list
     if session is None:
         return _Session(), []
     since = session.edge.row.id if session.edge is not None else 0
-    found = _CHECK.rows(session_id, since)
     newest = session.newest
     stored, stored_checked = session.unstore()
-    new, contexts = 0, False  # the check reads the new rows' contexts' ids too
-    while new < len(found) and found[new][0] > newest:
-        contexts = contexts or found[new][2] is not None
-        new += 1
-    if (
-        len(found) >= CHECK_ROWS
-        or found[new:] != session.checked
-        or (since == 0 and not session.complete)
-    ):
+    found = _CHECK.rows(session_id, since, newest, ",".join(session.checked))
+    if not found or not found[0][0] or (since == 0 and not session.complete):
         return _Session(), []
-    if not new:
+    if found[0][1] is None:
         return session, []
-    if found[:new] == stored_checked:  # just what the turn stored: known already
+    fresh_checked = found[0][1].split(",")
+    if len(fresh_checked) + len(session.checked) >= CHECK_ROWS:
+        return _Session(), []
+    if fresh_checked == stored_checked:  # just what the turn stored: known already
         session.newer(stored)
         return session, []
     # The new rows the check saw without a context have none: their contexts are not read.
-    fresh = _read(session_id, after=newest, seen=newest if contexts else found[0][0])
+    contexts = not all(text.endswith(":") for text in fresh_checked)
+    seen = newest if contexts else int(fresh_checked[0].partition(":")[0])
+    fresh = _read(session_id, after=newest, seen=seen)
     if len(fresh) >= READ_BATCH:  # too many to join up: the rows before them are read
         return _Session(), fresh
     session.newer(fresh)

@@ -373,6 +373,85 @@ def test_the_kept_turns_follow_the_budget_down_and_up(monkeypatch):
         assert kept.complete or kept.edge.row.id < kept.turns[0].rows[0].row.id
 
 
+def test_a_steps_check_answers_one_row_whatever_the_windows_length(monkeypatch):
+    """The check's answer held every kept row (its id, a draft's length, a context's id: a
+    tuple made and compared at every step of every turn, 44 rows at 10 turns and 484 at 120,
+    issue 15). The database now joins them and compares them with the kept ones' text: one
+    row, the new rows' texts in it."""
+    answers = []
+    rows = history._CHECK.rows
+    monkeypatch.setattr(
+        history._CHECK, "rows", lambda *args: answers.append(rows(*args)) or answers[-1]
+    )
+    user = get_user_model().objects.create_user("one-row")
+    sizes, new = {}, {}
+    for length in (10, 120):
+        session = Session(user)
+        turns(session, length)
+        history_window(session_id=session.session.pk, budget=100_000)
+        turns(session, 1)
+        answers.clear()
+        assert_same_window(session.session.pk, budget=100_000, images=False)
+        answer = answers[-1]  # (the first also compiles the statement, then runs it)
+        sizes[length] = len(answer)
+        context = Artifact.objects.get(message__content=f"question {length + 1}").pk
+        new[length] = answer[-1][-1], context
+    assert sizes == {10: 1, 120: 1}, sizes
+    for texts, context in new.values():  # the new turn's 4 rows, its question's context
+        assert [text.partition(":")[2] for text in texts.split(",")] == [
+            ":",
+            ":",
+            ":",
+            f":{context}",
+        ]
+
+
+def test_two_rows_deleted_and_two_committed_late_with_the_same_ids_sum_show_in_the_check():
+    """What the check compares is every kept row's id, draft length and contexts, not a count
+    or a sum of them: two kept rows deleted and two rows committed late between them (ids
+    never used, summing to the deleted ones') are seen, and the window is read again."""
+    user = get_user_model().objects.create_user("late-pair")
+    session = Session(user)
+    reserved = []
+    for _ in range(3):
+        turns(session, 1)
+        reserved.append(Message.objects.create(session=session.scratch, turn=0))
+    turns(session, 1)
+    history_window(session_id=session.session.pk, budget=100_000)
+    ids = list(Message.objects.filter(session=session.session).values_list("id", flat=True))
+    low, high = reserved[0].pk, reserved[2].pk
+    deleted = [low - 1, high + 1]  # a kept row before the first reserved id, one after the last
+    assert set(deleted) <= set(ids)
+    Message.objects.filter(pk__in=deleted).delete()
+    for row in (reserved[0], reserved[2]):
+        pk = row.pk
+        row.delete()
+        Message.objects.create(pk=pk, session=session.session, turn=1, role="user", content="late")
+    assert sum(deleted) == low + high
+    assert_same_window(session.session.pk, budget=100_000, images=False)
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["delete message", "delete context", "attach context", "draft grown", "draft completed"],
+)
+def test_every_change_to_a_kept_row_shows_in_the_check(change):
+    """Each change engine invariant 6 lets happen to a stored row fails the check, and the
+    window is the one read from the database."""
+    user = get_user_model().objects.get_or_create(username="changes")[0]
+    session = Session(user)
+    turns(session, 3)
+    session.apply(("draft", "start"))
+    history_window(session_id=session.session.pk, budget=100_000)
+    if change == "draft grown":
+        session.apply(("draft", "grow"))
+    elif change == "draft completed":
+        session.apply(("draft", "complete"))
+    else:
+        session.apply((change, 1))
+    assert_same_window(session.session.pk, budget=100_000, images=False)
+
+
 def test_a_step_reads_the_contexts_of_its_new_rows_only_when_they_have_some():
     """A step after a kept window read the contexts of a new user message by a statement of
     its own (with or without any: the check had read their ids), and made what the next check
