@@ -538,6 +538,44 @@ class ASGIHandler(asgi.ASGIHandler):
             )
         return response
 
+    async def send_response(self, response: HttpResponseBase, send: Callable) -> None:
+        """Django 5.2's, a streamed answer's every part (an SSE stream's every chunk) handed to
+        `send` in this coroutine: split by `chunk_bytes` only where it is longer than a chunk
+        (Django's called it for each, a Python call), and the stream's iterator closed as
+        `aclosing` closes it, its `aclose` awaited however the loop ends (`aclosing`'s making,
+        `__aenter__` and `__aexit__`: three Python calls an answer). An answer not streamed is
+        Django's."""
+        if not response.streaming:
+            await super().send_response(response, send)
+            return
+        response_headers = []
+        for header, value in response.items():
+            if isinstance(header, str):
+                header = header.encode("ascii")
+            if isinstance(value, str):
+                value = value.encode("latin1")
+            response_headers.append((bytes(header), bytes(value)))
+        for c in response.cookies.values():
+            response_headers.append((b"Set-Cookie", c.output(header="").encode("ascii").strip()))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status_code,
+                "headers": response_headers,
+            }
+        )
+        content = aiter(response)
+        try:
+            async for part in content:
+                if len(part) <= self.chunk_size:
+                    await send({"type": "http.response.body", "body": part, "more_body": True})
+                    continue
+                for chunk, _ in self.chunk_bytes(part):
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        finally:
+            await content.aclose()
+        await send({"type": "http.response.body"})
+
     @classmethod
     def chunk_bytes(cls, data):
         """Django's, a part no longer than a chunk handed on whole without its generator (two

@@ -688,13 +688,15 @@ async def test_an_answer_goes_out_as_djangos_handler_sends_it(part):
 async def test_an_answers_headers_and_chunks_go_out_without_djangos_per_header_and_part_calls():
     """Django read an answer's headers through `Mapping`'s view of `ResponseHeaders` (a
     generator step, the view's iterator and a `__getitem__` a header) and handed each part of a
-    stream through `chunk_bytes`'s generator (two Python calls a part)."""
+    stream through `chunk_bytes`'s generator (two Python calls a part; then `chunk_bytes` alone,
+    one), its iterator closed through `aclosing` (three)."""
     handler = ASGIHandler.__new__(ASGIHandler)
     calls: list[str] = []
+    where = ("django/utils/", "django/core/handlers/", "/contextlib.py", "geosense/handler.py")
 
     def count(frame, event, arg):
         name = frame.f_code.co_filename
-        if event == "call" and ("django/utils/" in name or "django/core/handlers/" in name):
+        if event == "call" and any(part in name for part in where):
             calls.append(frame.f_code.co_name)
 
     response = _ours(_stream_answer([b"a", b"b", b"c"]))
@@ -706,6 +708,38 @@ async def test_an_answers_headers_and_chunks_go_out_without_djangos_per_header_a
 
     assert [message.get("body") for message in sent] == [None, b"a", b"b", b"c", None]
     assert calls == ["send_response"]
+
+
+@pytest.mark.parametrize("ending", ["cancelled", "failed"])
+async def test_a_streams_iterator_is_closed_however_its_sending_ends(ending):
+    """As Django's `aclosing`: the stream's `aclose` is awaited when a send is cancelled (the
+    client gone) or fails, and the stream's own `finally` runs."""
+    closed = []
+
+    async def follow():
+        try:
+            yield b"a"
+            yield b"b"
+        finally:
+            closed.append(True)
+
+    response = chat.api._EventStream(follow(), content_type="text/event-stream")
+    response_headers_from_store(response)
+
+    async def send(message):
+        if message.get("body") == b"a":
+            raise asyncio.CancelledError() if ending == "cancelled" else OSError("gone")
+
+    with pytest.raises(asyncio.CancelledError if ending == "cancelled" else OSError):
+        await ASGIHandler.__new__(ASGIHandler).send_response(response, send)
+    assert closed == [True]
+
+
+async def test_djangos_send_response_is_the_one_the_handlers_stands_in_for():
+    """`ASGIHandler.send_response` is Django 5.2's for a streamed answer, its parts sent without
+    `chunk_bytes` and `aclosing`: a change of Django's means reading the handler's against it."""
+    source = inspect.getsource(asgi.ASGIHandler.send_response)
+    assert hashlib.sha256(source.encode()).hexdigest()[:16] == "77eda2b08689b44e"
 
 
 async def test_every_answer_hands_django_its_headers_from_their_store(held_turns, monkeypatch):
