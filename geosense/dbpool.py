@@ -263,12 +263,18 @@ def connections_tidy(*, busy: bool, trip: Any = None) -> None:
 
 
 class _TripConnections(threading.local):
-    """The default database's connection of the trip a pool thread runs, None between trips:
-    looked up once a trip for the compiled statements it runs (geosense/compiled.py), where
-    `connections[alias]` is three Python calls through asgiref's `Local` and a turn's trips run
-    ~20 statements."""
+    """The default database's connection of the trip a pool thread runs (`default`), None
+    between trips: for the compiled statements it runs (geosense/compiled.py), where
+    `connections[alias]` is three Python calls through asgiref's `Local`, and a `RuntimeError`
+    raised and caught (the `Local` asks for a running loop: a pool thread has none), and a
+    turn's trips run ~20 statements.
+    `own`: the thread's connection, looked up at its first trip. Django makes a thread's at its
+    first lookup and keeps the same object for the thread's life, open or closed (only code
+    that assigns `connections[alias]`, none on a pool thread, replaces it): a lookup every
+    trip (five a served-call turn, on the engine's thread) found the same one."""
 
     default: Any = None
+    own: Any = None
 
 
 trip_connections = _TripConnections()
@@ -328,7 +334,10 @@ class _Trip:
         threadlocal.main_event_loop = loop
         threadlocal.main_event_loop_pid = os.getpid()
         threadlocal.task_context = task_context
-        trip_connections.default = connections[DEFAULT_DB_ALIAS]
+        own = trip_connections.own
+        if own is None:
+            own = trip_connections.own = connections[DEFAULT_DB_ALIAS]
+        trip_connections.default = own
         try:
             try:
                 if caller_exception is None:
