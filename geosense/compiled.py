@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
-from django.db.backends.sqlite3.operations import DatabaseOperations as SQLiteOperations
 from django.db.backends.utils import CursorWrapper
 from django.db.models import DateTimeField, Field, Model, QuerySet, UUIDField
 from django.db.models.sql import UpdateQuery
@@ -235,7 +234,7 @@ class CompiledRead(_Compiled):
                 qmark=qmark_form(connection, sql),
                 head=tuple(head),
                 converters=tuple(
-                    (position, tuple(map(_converter_kept, functions)), expression)
+                    (position, tuple(_converter_kept(f, connection) for f in functions), expression)
                     for position, (functions, expression) in converters.items()
                     if position not in self.raw
                 ),
@@ -266,9 +265,15 @@ def _time_read(value: Any, expression: Any, connection: Any) -> Any:
     return connection.ops.convert_datetimefield_value(value, expression, connection)
 
 
-def _converter_kept(function: Callable) -> Callable:
-    """The converter a plan keeps for `function`: `_time_read` for SQLite's time converter."""
-    if getattr(function, "__func__", None) is SQLiteOperations.convert_datetimefield_value:
+def _converter_kept(function: Callable, connection: Any) -> Callable:
+    """The converter a plan keeps for `function`: `_time_read` for SQLite's time converter.
+    Django's SQLite backend is loaded (imported here, not with this module: on another
+    database nothing has loaded it, and importing its operations first is a circular import)."""
+    if connection.vendor != "sqlite":
+        return function
+    from django.db.backends.sqlite3.operations import DatabaseOperations
+
+    if getattr(function, "__func__", None) is DatabaseOperations.convert_datetimefield_value:
         return _time_read
     return function
 

@@ -2,6 +2,10 @@
 ORM converts them) without building or compiling its queryset again, and a read whose
 parameters the ORM compiles otherwise stays on the ORM."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.db.models.sql import compiler as sql_compiler
@@ -527,3 +531,15 @@ def test_a_compiled_read_makes_stored_times_as_django_does_in_few_python_calls(
         == ChatSession.objects.filter(pk=second.pk).values_list(*model_columns(ChatSession)).get()
     )
     assert python_calls_of(read.rows, second.pk) <= 23
+
+
+def test_the_module_imports_before_any_database_backend_is_loaded():
+    """On PostgreSQL nothing loads Django's SQLite backend, and the models that import this
+    module load before any backend: importing the SQLite backend's operations first is a
+    circular import (3b332ad broke `migrate` on PostgreSQL so)."""
+    code = (
+        "import sys, geosense.compiled; assert 'django.db.backends.sqlite3.base' not in sys.modules"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "geosense.settings"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
