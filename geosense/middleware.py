@@ -52,8 +52,9 @@ from geosense.jsonapi import answer_as_json
 class AsyncNative:
     """A twin: Django's `MiddlewareMixin.__acall__`, each step on the loop unless it says it needs
     the request's thread (`request_needs_thread`, `response_needs_thread`: None when it never
-    does); a request step may be a coroutine function (awaited on the loop). Only the ASGI
-    handler loads the twins, async.
+    does; the response's may also answer None: the step has nothing to do, and is not called);
+    a request step may be a coroutine function (awaited on the loop). Only the ASGI handler
+    loads the twins, async.
 
     In the chain, consecutive twins are one layer (`TwinsRun`, made by the handler's loader,
     geosense/handler.py `_converted`), without Django's `convert_exception_to_response` around
@@ -64,7 +65,7 @@ class AsyncNative:
     async_capable = True
 
     request_needs_thread: Callable[[HttpRequest], bool] | None = None
-    response_needs_thread: Callable[[HttpRequest, HttpResponseBase], bool] | None = None
+    response_needs_thread: Callable[[HttpRequest, HttpResponseBase], bool | None] | None = None
 
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         return await TwinsRun((self,), self.get_response)(request)
@@ -136,9 +137,10 @@ class TwinsRun:
             if step is None:
                 continue
             try:
-                if needs_thread is not None and needs_thread(request, response):
+                needs = None if needs_thread is None else needs_thread(request, response)
+                if needs:
                     response = await sync_to_async(step, thread_sensitive=True)(request, response)
-                else:
+                elif needs is not None or needs_thread is None:
                     response = step(request, response)
             except Exception as exc:
                 response = await _exception_answer(request, exc)
@@ -247,13 +249,13 @@ class SessionMiddleware(AsyncNative, sessions_middleware.SessionMiddleware):
             return response
         return super().process_response(request, response)
 
-    def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> bool:
+    def response_needs_thread(
+        self, request: HttpRequest, response: HttpResponseBase
+    ) -> bool | None:
         session = getattr(request, "session", None)
-        return (
-            session is not None
-            and not _unmade(session)
-            and (session.modified or settings.SESSION_SAVE_EVERY_REQUEST)
-        )
+        if session is None or _unmade(session):
+            return None  # `process_response` would leave the answer as it is
+        return session.modified or settings.SESSION_SAVE_EVERY_REQUEST
 
 
 class MessageMiddleware(AsyncNative, messages_middleware.MessageMiddleware):
@@ -269,11 +271,13 @@ class MessageMiddleware(AsyncNative, messages_middleware.MessageMiddleware):
             return response
         return super().process_response(request, response)
 
-    def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> bool:
+    def response_needs_thread(
+        self, request: HttpRequest, response: HttpResponseBase
+    ) -> bool | None:
         storage = getattr(request, "_messages", None)
-        return (
-            storage is not None and not _unmade(storage) and bool(storage.used or storage.added_new)
-        )
+        if storage is None or _unmade(storage):
+            return None  # `process_response` would leave the answer as it is
+        return bool(storage.used or storage.added_new)
 
 
 class HtmxMiddleware(AsyncNative, htmx_middleware.HtmxMiddleware):
