@@ -23,7 +23,9 @@ What it does is what an OpenAI-compatible server needs, and no more:
   credentials (`Proxy-Authorization`).
 
 Failures are `OSError`s: `ConnectionError` for an answer that breaks HTTP or breaks off, the
-loop's own errors for connecting.
+loop's own errors for connecting, `TimeoutError` for a wait past the time its caller gives
+(`by`, on the loop's clock): a timer a wait, not an `asyncio.timeout` (its context, the task's
+cancellation and uncancellation: five Python calls a wait on the loop).
 """
 
 from __future__ import annotations
@@ -65,16 +67,17 @@ class ProxyRefused(ConnectionError):
 
 class Response:
     """One answer, read on its connection: `status` and `headers` (names in lower case) once
-    its head has come, then its body by `read`/`read_nowait`; `release` hands the connection
-    back (kept only after a complete body) or closes it."""
+    its head has come, then its body by `read`/`read_nowait` (`complete` once all of it has
+    come); `release` hands the connection back (kept only after a complete body) or closes
+    it."""
 
     def __init__(self, connection: _Connection, *, bodiless: bool = False) -> None:
         self.status = 0
         self.headers: dict[str, str] = {}
+        self.loop = connection.loop
         self._connection = connection
         self._bodiless = bodiless
         self._head: bytes | None = b""  # None once the head is read
-        self._head_read = connection.loop.create_future()
         self._mode = _CLOSE
         self._keep = False  # the server keeps the connection after this answer
         self._left = 0  # bytes left of the body (`_LENGTH`) or of the chunk being read
@@ -82,16 +85,19 @@ class Response:
         self._line = b""  # a line of the chunked framing cut by a piece's end
         self._body: list[bytes] = []  # pieces received and not read yet
         self._size = 0
-        self._complete = False
+        self.complete = False  # the whole body has come (read or not)
         self._error: BaseException | None = None
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[bool] | None = None  # its result: whether time ran out
         self._paused = False
         self._released = False
         connection.response = self
 
-    async def head(self) -> None:
-        """Wait for the status line and headers."""
-        await self._head_read
+    async def head(self, *, by: float | None = None) -> None:
+        """Wait for the status line and headers (until the loop's time `by`)."""
+        while self._head is not None:
+            if self._error is not None:
+                raise self._error
+            await self._wait(by)
 
     def read_nowait(self) -> bytes | None:
         """The body's bytes received and not read yet; b"" at the body's end; None when there
@@ -106,21 +112,28 @@ class Response:
             return body[0] if len(body) == 1 else b"".join(body)
         if self._error is not None:
             raise self._error
-        return b"" if self._complete else None
+        return b"" if self.complete else None
 
-    async def read(self) -> bytes:
-        """The body's next bytes, waiting for them; b"" at its end."""
+    async def read(self, *, by: float | None = None) -> bytes:
+        """The body's next bytes, waiting for them (until the loop's time `by`); b"" at its
+        end."""
         while (data := self.read_nowait()) is None:
-            self._waiter = self._connection.loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._wait(by)
         return data
 
-    def ended(self) -> bool:
-        """Whether the whole body has come (read or not)."""
-        return self._complete
+    async def _wait(self, by: float | None) -> None:
+        """Until the connection's next news (bytes, the end, a failure: `_wake`); a
+        `TimeoutError` at the loop's time `by`."""
+        waiter = self._waiter = self.loop.create_future()
+        timer = None if by is None else self.loop.call_at(by, _expire, waiter)
+        try:
+            expired = await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+        if expired:
+            raise TimeoutError
 
     def release(self) -> None:
         """Hand the connection back, once."""
@@ -128,8 +141,8 @@ class Response:
             return
         self._released = True
         connection, self._connection.response = self._connection, None
-        if self._complete and self._keep and self._error is None:
-            connection.pool_return()
+        if self.complete and self._keep and self._error is None:
+            connection.pool.idle_put(connection)
         else:
             connection.close()
 
@@ -140,8 +153,10 @@ class Response:
         if self._head is not None:
             data = self._head_feed(data)
             if not data:
+                if self._head is None:  # the head came, without the body's start
+                    self._wake()
                 return
-        if self._complete:  # bytes past the answer's end: the connection cannot be trusted
+        if self.complete:  # bytes past the answer's end: the connection cannot be trusted
             self._keep = False
             return
         mode = self._mode
@@ -154,7 +169,7 @@ class Response:
             if len(data) > len(piece):
                 self._keep = False
             if not self._left:
-                self._complete = True
+                self.complete = True
         else:
             self._add(data)
         self._wake()
@@ -163,9 +178,9 @@ class Response:
         """The connection ended (the server closed it, or it failed)."""
         if self._head is not None:
             self._fail(BrokenAnswer("the model server closed the connection without an answer"))
-        elif not self._complete:
+        elif not self.complete:
             if self._mode == _CLOSE and exc is None:  # the end of a body without a length
-                self._complete = True
+                self.complete = True
             else:
                 self._fail(BrokenAnswer("the model server's answer broke off"))
         self._keep = False
@@ -202,7 +217,7 @@ class Response:
         self._keep = status[1] == "1" and "close" not in connection
         encoding = headers.get("transfer-encoding", "").lower()
         if self._bodiless or code in (204, 304):
-            self._mode, self._complete = _LENGTH, True
+            self._mode, self.complete = _LENGTH, True
         elif encoding:
             if encoding.rsplit(",", 1)[-1].strip() != "chunked":
                 self._mode, self._keep = _CLOSE, False
@@ -214,10 +229,9 @@ class Response:
                 self._fail(BrokenAnswer("the model server's answer has a malformed length"))
                 return b""
             self._mode, self._left = _LENGTH, int(length)
-            self._complete = not self._left
+            self.complete = not self._left
         else:
             self._mode, self._keep = _CLOSE, False
-        self._head_read.set_result(None)
         return head[end + 4 :]
 
     def _chunks_feed(self, data: bytes) -> None:
@@ -262,38 +276,41 @@ class Response:
                     return
                 self._state = _SIZE
             elif not line:  # the trailer's end, and the body's
-                self._state, self._complete = _DONE, True
+                self._state, self.complete = _DONE, True
                 if pos < size:  # bytes past the answer: the connection cannot be trusted
                     self._keep = False
                 break
-        self._pause_when_behind()
+        if self._size > PAUSE_BYTES and not self._paused:
+            self._pause()
 
     def _add(self, piece: bytes) -> None:
         if piece:
             self._body.append(piece)
             self._size += len(piece)
-            self._pause_when_behind()
+            if self._size > PAUSE_BYTES and not self._paused:
+                self._pause()
 
-    def _pause_when_behind(self) -> None:
+    def _pause(self) -> None:
         """Stop reading while more than `PAUSE_BYTES` wait to be read (`read_nowait` resumes)."""
-        if self._size > PAUSE_BYTES and not self._paused:
-            self._paused = True
-            self._connection.pause()
+        self._paused = True
+        self._connection.pause()
 
     def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+            waiter.set_result(False)
 
     def _fail(self, exc: BaseException) -> None:
         if self._error is None:
             self._error = exc
         self._keep = False
-        if not self._head_read.done():
-            self._head_read.set_exception(exc)
-            self._head_read.exception()  # retrieved: a release without a wait is no error
         self._wake()
         self._connection.close()
+
+
+def _expire(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(True)
 
 
 class _Connection(asyncio.Protocol):
@@ -339,9 +356,6 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
-
-    def pool_return(self) -> None:
-        self.pool.idle_put(self)
 
 
 class ModelClient:
@@ -398,16 +412,17 @@ class ModelClient:
         self._idle: collections.deque[_Connection] = collections.deque()
         self._sweep: asyncio.TimerHandle | None = None
 
-    async def post(self, body: bytes) -> Response:
-        """Send `body`; the answer once its head has come (its body still to be read)."""
+    async def post(self, body: bytes, *, by: float | None = None) -> Response:
+        """Send `body`; the answer once its head has come (its body still to be read), by the
+        loop's time `by` (else `TimeoutError`), a connection made included."""
         if self.closed:
             raise RuntimeError("the model client is closed")
-        connection = self._idle_take() or await self._connect()
+        connection = self._idle_take() or await self._connect(by)
         response = Response(connection)
         assert connection.transport is not None
         connection.transport.write(b"%b%d\r\n\r\n%b" % (self._head, len(body), body))
         try:
-            await response.head()
+            await response.head(by=by)
         except BaseException:
             response.release()
             raise
@@ -455,10 +470,11 @@ class ModelClient:
                 idle[0].idle_since + KEEPALIVE_SECONDS, self._stale_close
             )
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self, by: float | None) -> _Connection:
         loop = self.loop
         tls = _TLS if self._tls else None
-        async with asyncio.timeout(self._connect_timeout):
+        limit = loop.time() + self._connect_timeout
+        async with asyncio.timeout_at(limit if by is None else min(by, limit)):
             if self._proxy is None:
                 _, connection = await loop.create_connection(
                     lambda: _Connection(self),

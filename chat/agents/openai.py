@@ -327,15 +327,13 @@ async def _post(client: ModelClient, body: bytes, *, deadline: float) -> Respons
     retries_taken = 0
     while True:
         failure: Exception
-        timeout = asyncio.timeout_at(deadline)
         try:
-            async with timeout:
-                response = await client.post(body)
-                if response.status < 400:
-                    return response
-                failure = await _status_error(response)
-        except OSError as exc:  # TimeoutError among them
-            if timeout.expired():
+            response = await client.post(body, by=deadline)
+            if response.status < 400:
+                return response
+            failure = await _status_error(response, by=deadline)
+        except OSError as exc:  # TimeoutError among them: connecting, or the deadline's
+            if loop.time() >= deadline:
                 raise TimeoutError from exc
             failure = exc
         if isinstance(failure, StatusError) and not _should_retry(failure):
@@ -348,13 +346,16 @@ async def _post(client: ModelClient, body: bytes, *, deadline: float) -> Respons
         retries_taken += 1
 
 
-async def _status_error(response: Response) -> StatusError:
-    """The error of an HTTP error answer, its body read (up to ERROR_BODY_BYTES) for the
-    server's words; the response is released (its connection kept when the body was whole)."""
+async def _status_error(response: Response, *, by: float) -> StatusError:
+    """The error of an HTTP error answer, its body read (up to ERROR_BODY_BYTES, by the
+    first-byte deadline `by`) for the server's words; the response is released (its connection
+    kept when the body was whole)."""
     data = b""
     try:
-        while len(data) < ERROR_BODY_BYTES and (piece := await response.read()):
+        while len(data) < ERROR_BODY_BYTES and (piece := await response.read(by=by)):
             data += piece
+    except TimeoutError:
+        raise  # the deadline passed: `_post` gives up
     except OSError:
         data = b""  # a body that broke off: the status alone
     finally:
@@ -439,14 +440,14 @@ class _EventReader:
     async def read(self) -> list[SseEvent] | None:
         if self._ended:
             return None
-        chunk = self._response.read_nowait()
+        response = self._response
+        chunk = response.read_nowait()
         if chunk is None:
             started = self._started
             try:
-                async with (
-                    asyncio.timeout(self._gap) if started else asyncio.timeout_at(self._first_by)
-                ):
-                    chunk = await self._response.read()
+                chunk = await response.read(
+                    by=response.loop.time() + self._gap if started else self._first_by
+                )
             except TimeoutError:
                 if not started:
                     raise
@@ -468,12 +469,12 @@ async def _body_end_read(response: Response) -> None:
     the server's CPU at 200 users against the fake model, issue 15). A server that keeps the
     body open past `BODY_END_SECONDS` loses its connection. The end has usually arrived with
     `[DONE]` already: then nothing is read and no timer is set."""
-    if response.ended():
+    if response.complete:
         return
+    by = response.loop.time() + BODY_END_SECONDS
     try:
-        async with asyncio.timeout(BODY_END_SECONDS):
-            while await response.read():
-                pass
+        while await response.read(by=by):
+            pass
     except OSError:  # TimeoutError among them
         pass
 
