@@ -480,7 +480,8 @@ class _Session:
     edge: _Kept | None = None
     complete: bool = False
     chars: int = 0  # of the turns' rows, the edge and `stored`
-    checked: list[str] = field(default_factory=list)  # `_CHECK`'s
+    # What `_CHECK` compares of the turns' rows and the edge (`_checked`), newest first.
+    checked: list[str] = field(default_factory=list)
     # Rows the turn holding the claim stored since (`history_rows_stored`), newest first, and
     # what `_CHECK` reads of them: the next window's new rows when the check finds just these.
     stored: list[_Kept] = field(default_factory=list)
@@ -771,7 +772,7 @@ def _known(session_id: object, session: _Session | None) -> tuple[_Session, list
     newest = session.newest
     stored, stored_checked = session.unstore()
     found = _CHECK.rows(session_id, since, newest, ",".join(session.checked))
-    if not found or not found[0][0] or (since == 0 and not session.complete):
+    if not found or not found[0][0]:
         return _Session(), []
     if found[0][1] is None:
         return session, []
