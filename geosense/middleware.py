@@ -48,11 +48,15 @@ from geosense.accounts.middleware import bearer_token, token_user_decide
 from geosense.dbpool import in_request_thread
 from geosense.jsonapi import answer_as_json
 
+# A twin's `response_needs_thread`'s answer where its response step would leave the answer as it
+# is: the run does not call it. (Its own object: no setting's value can be taken for it.)
+NOTHING_TO_DO = object()
+
 
 class AsyncNative:
     """A twin: Django's `MiddlewareMixin.__acall__`, each step on the loop unless it says it needs
     the request's thread (`request_needs_thread`, `response_needs_thread`: None when it never
-    does; the response's may also answer None: the step has nothing to do, and is not called);
+    does; the response's may also answer `NOTHING_TO_DO`: the step is then not called);
     a request step may be a coroutine function (awaited on the loop). Only the ASGI handler
     loads the twins, async.
 
@@ -65,7 +69,7 @@ class AsyncNative:
     async_capable = True
 
     request_needs_thread: Callable[[HttpRequest], bool] | None = None
-    response_needs_thread: Callable[[HttpRequest, HttpResponseBase], bool | None] | None = None
+    response_needs_thread: Callable[[HttpRequest, HttpResponseBase], object] | None = None
 
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         return await TwinsRun((self,), self.get_response)(request)
@@ -137,10 +141,12 @@ class TwinsRun:
             if step is None:
                 continue
             try:
-                needs = None if needs_thread is None else needs_thread(request, response)
+                needs = needs_thread is not None and needs_thread(request, response)
+                if needs is NOTHING_TO_DO:
+                    continue
                 if needs:
                     response = await sync_to_async(step, thread_sensitive=True)(request, response)
-                elif needs is not None or needs_thread is None:
+                else:
                     response = step(request, response)
             except Exception as exc:
                 response = await _exception_answer(request, exc)
@@ -249,12 +255,10 @@ class SessionMiddleware(AsyncNative, sessions_middleware.SessionMiddleware):
             return response
         return super().process_response(request, response)
 
-    def response_needs_thread(
-        self, request: HttpRequest, response: HttpResponseBase
-    ) -> bool | None:
+    def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> object:
         session = getattr(request, "session", None)
         if session is None or _unmade(session):
-            return None  # `process_response` would leave the answer as it is
+            return NOTHING_TO_DO  # `process_response` would leave the answer as it is
         return session.modified or settings.SESSION_SAVE_EVERY_REQUEST
 
 
@@ -271,12 +275,10 @@ class MessageMiddleware(AsyncNative, messages_middleware.MessageMiddleware):
             return response
         return super().process_response(request, response)
 
-    def response_needs_thread(
-        self, request: HttpRequest, response: HttpResponseBase
-    ) -> bool | None:
+    def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> object:
         storage = getattr(request, "_messages", None)
         if storage is None or _unmade(storage):
-            return None  # `process_response` would leave the answer as it is
+            return NOTHING_TO_DO  # `process_response` would leave the answer as it is
         return bool(storage.used or storage.added_new)
 
 

@@ -129,7 +129,7 @@ def _stream_scope(session, headers: dict[str, str]) -> dict:
 # 95 (the bearer token's URL match a copy of the one Django made for the path, `_resolved`),
 # 87 (the session's and the messages' lazy objects made without their `__init__`s, `_lazy`),
 # 83 (their response steps not called where they have nothing to do: `response_needs_thread`
-# answers None).
+# answers `NOTHING_TO_DO`).
 STREAM_BY_TOKEN_CALLS = 83
 
 
@@ -505,3 +505,33 @@ def test_a_lazy_object_is_made_as_django_makes_it():
         )
         == LAZY_SOURCES
     )
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "answer, steps",
+    [(middleware.NOTHING_TO_DO, []), (False, ["loop"]), (None, ["loop"]), (True, ["thread"])],
+)
+async def test_a_response_step_with_nothing_to_do_is_not_called(answer, steps):
+    """Only the run's own `NOTHING_TO_DO` skips a response step: any other answer a twin gives
+    (a setting's value, falsy or not) runs it, on the loop or in the request's thread."""
+    ran: list[str] = []
+
+    class Twin(middleware.AsyncNative):
+        def __init__(self, get_response) -> None:
+            self.get_response = get_response
+
+        def response_needs_thread(self, request, response):
+            return answer
+
+        def process_response(self, request, response):
+            on_loop = threading.current_thread() is threading.main_thread()
+            ran.append("loop" if on_loop else "thread")
+            return response
+
+    async def view(request):
+        return HttpResponse()
+
+    await middleware.TwinsRun((Twin(view),), view)(HttpRequest())
+
+    assert ran == steps
