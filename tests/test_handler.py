@@ -1031,6 +1031,8 @@ LOCAL_SOURCES = {
     "BaseConnectionHandler.all": "025dd23cb80fcc62",
     "reset_urlconf": "7ad5ce3f320f5c51",
     "set_urlconf": "a800ca3136841f64",
+    "get_script_prefix": "30a3ba3e12d19455",  # an unset prefix reads "/"
+    "get_urlconf": "ed086b65a99620d7",  # an unset URLconf reads None
 }
 
 
@@ -1050,6 +1052,8 @@ async def test_what_an_empty_local_lets_go_is_what_it_was_written_for():
         "BaseConnectionHandler.all": BaseConnectionHandler.all,
         "reset_urlconf": reset_urlconf,
         "set_urlconf": set_urlconf,
+        "get_script_prefix": get_script_prefix,
+        "get_urlconf": get_urlconf,
     }
     assert source_digests(originals) == LOCAL_SOURCES
 
