@@ -186,8 +186,9 @@ class EventSink:
 
     A listener that fails or went away is dropped; it never stops the turn. What the sink
     needs of its session (its key and group, whether progress is shared, the channel layer
-    and whether it is this process's own) is found once per turn: ~6 events a turn, each on
-    the event loop (issue 15). `emit` does its work in its own frame (the progress, the
+    and whether it is this process's own) is found once per turn, and the loop it emits on at
+    its first event with a socket here (`get_running_loop` is a `getpid` system call on
+    CPython 3.11): ~6 events a turn, each on the event loop (issue 15). `emit` does its work in its own frame (the progress, the
     frame to each socket of this process, whether the layer has more to reach): each helper
     it called was a Python call an event.
     """
@@ -201,6 +202,7 @@ class EventSink:
         self._shared = _cache_shared()
         self._layer = get_channel_layer()
         self._in_memory = isinstance(self._layer, InMemoryChannelLayer)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def emit(self, event: TurnEvent) -> None:
         for listener in list(self.listeners):
@@ -232,7 +234,9 @@ class EventSink:
         delivered: list[str] = []
         sockets = _local.get(self._group)
         if sockets:
-            loop = asyncio.get_running_loop()
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
             text = wire.event_frame_text(event, seq=seq)
             for channel_name, (socket_loop, relay) in list(sockets.items()):
                 if socket_loop is not loop:

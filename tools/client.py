@@ -402,9 +402,9 @@ def client_socket_detach(channel_name: str) -> None:
     _attached.pop(channel_name, None)
 
 
-def _attached_here(channel_name: str) -> _Attached | None:
+def _attached_here(channel_name: str, loop: asyncio.AbstractEventLoop) -> _Attached | None:
     attached = _attached.get(channel_name)
-    if attached is None or attached.loop is not asyncio.get_running_loop():
+    if attached is None or attached.loop is not loop:
         return None
     return attached
 
@@ -487,7 +487,7 @@ async def _pump(layer, replies: _Replies) -> None:
 def _forget_later(channel_name: str, correlation_id: str) -> None:
     """Tell the socket to drop a call the engine no longer awaits (best effort, not awaited)."""
     message = client_tool_forget_message(correlation_id)
-    attached = _attached_here(channel_name)
+    attached = _attached_here(channel_name, asyncio.get_running_loop())
     task = asyncio.ensure_future(
         attached.forget(message) if attached else get_channel_layer().send(channel_name, message)
     )
@@ -609,10 +609,10 @@ async def client_tool_request(
     `REACHABLE_CHECK_SECONDS` while the answer is awaited: False (the socket's process stopped
     heartbeating) answers at once that the client could not be reached.
     """
-    attached = _attached_here(channel_name)
+    loop = asyncio.get_running_loop()  # a `getpid` system call on CPython 3.11: once a call
+    attached = _attached_here(channel_name, loop)
     if attached is None and not elsewhere:
         return ClientAnswer(ok=False, result=None, error=WENT_AWAY)
-    loop = asyncio.get_running_loop()
     replies = _replies_running(loop) or await _replies()
     correlation_id = _correlation_id()
     waiter = loop.create_future()

@@ -195,3 +195,54 @@ async def test_a_stream_its_client_left_leaves_no_keep_alive_timer(monkeypatch, 
         await stream.aclose()
     await asyncio.sleep(0.5)  # the timer, left on the loop, would have fired twice by now
     assert fired == []
+
+
+async def test_a_served_call_turn_looks_its_loop_up_once_for_its_events_and_once_a_way_for_its_call(
+    client, trusted_caller, openai_agent
+):
+    """`asyncio.get_running_loop` is a `getpid` system call on CPython 3.11. A turn's sink looked
+    its loop up at every event with a socket of this process (6 a served-call turn), and a call
+    twice on its way out: once each now, and once for its answer's way back."""
+    import sys
+
+    from tests.chat.test_consumer_turns import frames_until, is_invoke, is_turn_end, start_turn
+    from tests.client_tools import LOCATION
+
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    openai_agent.reply_text("You are near the park.")
+    ws = await tab(trusted_caller, [LOCATION])
+    looked_up: list[str] = []
+
+    def counted(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__name__", "") == "get_running_loop":
+            name = frame.f_code.co_filename
+            if name.endswith(("chat/events.py", "tools/client.py")):
+                looked_up.append(frame.f_code.co_name)
+
+    sys.setprofile(counted)
+    try:
+        turn = start_turn(client, trusted_caller, "where am I?")
+        frames = await frames_until(ws, is_invoke)
+        await ws.send_json_to(
+            {
+                "type": "client-tool-result",
+                "correlationId": frames[-1]["correlationId"],
+                "result": {"status": "GRANTED"},
+            }
+        )
+        out = await turn
+        await frames_until(ws, is_turn_end)
+    finally:
+        sys.setprofile(None)
+    await ws.disconnect()
+
+    assert out.names()[-1] == "turn_end"
+    # Besides: the stream's feed (`EventFeed.__init__`, once a stream) and this loop's reply
+    # channel, built by its first call (`_replies`; a test's loop is new).
+    assert sorted(looked_up) == [
+        "__init__",
+        "_replies",
+        "client_tool_answer_send",
+        "client_tool_request",
+        "emit",
+    ], looked_up
