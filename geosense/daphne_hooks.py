@@ -49,6 +49,14 @@ Connections:
   naming the connection (`logPrefix`) for the call through Twisted's context tracker: ~8
   Python calls an event, for Twisted's log alone. Where Daphne sends that log nowhere
   (verbosity ≤ 1) the events are called without it.
+- Daphne's request hands its scope to `create_application` through Twisted's `maybeDeferred`,
+  yielded in its `process` (an `inlineCallbacks` generator): the plain result (the
+  application's queue) was wrapped in a fired `Deferred` that `inlineCallbacks` then took apart
+  again (`succeed`, the `Deferred`, `addBoth`, `_runCallbacks` and its callback: ~6 Python
+  calls a request). `inlineCallbacks` sends a value that is not a `Deferred` back into the
+  generator as it is, so Daphne's module's `maybeDeferred` now hands a plain result back
+  unwrapped (`_result_or_deferred`); an exception, a `Deferred`, a `Failure`, a coroutine or a
+  generator are what `maybeDeferred` makes of them.
 - Daphne listens through Twisted's endpoint strings (`-b HOST -p PORT` becomes
   `tcp:port=PORT:interface=HOST`), whose listen backlog is 50: a burst of connections beyond
   what the loop has accepted so far (200 users' turns ending together, each posting its next
@@ -131,6 +139,7 @@ import logging
 import pprint
 import struct
 from collections.abc import Callable
+from types import CoroutineType, GeneratorType
 from typing import Any
 
 import autobahn
@@ -143,7 +152,7 @@ from daphne.http_protocol import logger as daphne_logger
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketProtocol
 from daphne.ws_protocol import logger as daphne_socket_logger
-from twisted.internet import asyncioreactor, error, tcp
+from twisted.internet import asyncioreactor, defer, error, tcp
 from twisted.python import failure, log
 from twisted.web import http_headers
 from twisted.web.http import NO_BODY_CODES, HTTPChannel, Request
@@ -562,6 +571,24 @@ def _closed_at_once(lose_connection):
     return lose_connection_now
 
 
+def _result_or_deferred(maybe_deferred):
+    """Twisted's `maybeDeferred` where Daphne's request `process` yields it to `inlineCallbacks`:
+    a plain result handed back as it is (`inlineCallbacks` sends it into the generator at once,
+    as it sends a fired `Deferred`'s result), anything else as `maybeDeferred` makes it."""
+
+    def result_or_deferred(f, *args, **kwargs):
+        try:
+            result = f(*args, **kwargs)
+        except BaseException:
+            return defer.fail(failure.Failure(captureVars=defer.Deferred.debug))
+        if isinstance(result, (defer.Deferred, failure.Failure, CoroutineType, GeneratorType)):
+            return maybe_deferred(lambda: result)
+        return result
+
+    result_or_deferred.__wrapped__ = maybe_deferred
+    return result_or_deferred
+
+
 def _without_form_parsing(init):
     """`daphne.http_protocol.WebRequest.__init__`, its request told not to parse form bodies
     (Twisted's `parsePOSTFormSubmission`)."""
@@ -676,6 +703,8 @@ def daphne_hooks_install() -> None:
     if type(http_protocol.http) is _ModuleProxy:
         http_protocol.http = object.__getattribute__(http_protocol.http, "_module")
     WebRequest.__hash__ = object.__hash__
+    if not hasattr(http_protocol.maybeDeferred, "__wrapped__"):
+        http_protocol.maybeDeferred = _result_or_deferred(http_protocol.maybeDeferred)
     if not hasattr(HTTPChannel.loseConnection, "__wrapped__"):
         HTTPChannel.loseConnection = _closed_at_once(HTTPChannel.loseConnection)
     if not getattr(HTTPFactory.startFactory, "access_line_only_if_kept", False):
