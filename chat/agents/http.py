@@ -371,8 +371,6 @@ class ModelClient:
         proxy: str | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
-        self.url = url
-        self.proxy = proxy
         self.closed = False
         parts = urllib.parse.urlsplit(url)
         self._tls = parts.scheme == "https"
