@@ -29,6 +29,7 @@ from django.db import OperationalError
 
 from geosense import wire
 from geosense.annotations.selectors import annotation_overview
+from geosense.annotations.types import DatasetOverview
 from geosense.dbpool import in_db_thread, work_advance, work_begin
 from tools import client as client_tools
 from tools.registry import (
@@ -1250,7 +1251,7 @@ def _step_reads(*, session_id: Any, images: bool) -> _StepInputs:
     toolset, client_specs, revision = selectors.client_tools_and_revision(session_id=session_id)
     specs = backend_tool_specs() + client_specs  # each made once, not at every step
     overview = annotation_overview(revision=revision)
-    prompt = system_prompt(overview=overview.counts, shapes=overview.shapes)
+    prompt = _system_prompt_of(overview)
     window = history_window(
         session_id=session_id, budget=history_budget(system=prompt, tools=specs), images=images
     )
@@ -1268,6 +1269,22 @@ def _step_reads(*, session_id: Any, images: bool) -> _StepInputs:
         context=AgentContext(overview=overview.counts, shapes=overview.shapes, request=request),
         images=images,
     )
+
+
+# The system prompt of the overview last asked: `annotation_overview` gives the same object
+# while the index's revision holds, so a step's prompt (the overview's JSON and ~3 KB of
+# guide and rules joined) is made once per revision, not at every step of every turn.
+_prompt_kept: tuple[DatasetOverview, str] | None = None
+
+
+def _system_prompt_of(overview: DatasetOverview) -> str:
+    global _prompt_kept
+    kept = _prompt_kept
+    if kept is not None and kept[0] is overview:
+        return kept[1]
+    prompt = system_prompt(overview=overview.counts, shapes=overview.shapes)
+    _prompt_kept = (overview, prompt)
+    return prompt
 
 
 def _json_text(content: dict[str, Any]) -> str:

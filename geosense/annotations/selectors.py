@@ -78,7 +78,9 @@ def annotation_vector_names(*, ids: Sequence[int]) -> dict[int, list[str]]:
 
 
 _SHAPES_BY_DIMENSION: dict[int, Shape] = {0: "point", 1: "line", 2: "polygon"}
-_shapes_cache: tuple[int, str, dict[str, Shape]] | None = None
+# The overview of the index last asked (its id and revision): made once per index revision
+# (the counts, the shapes, worked out from the index), not at every step of every turn.
+_overview_cache: tuple[int, str, DatasetOverview] | None = None
 
 
 def annotation_overview(*, revision: tuple[str, str] | None = None) -> DatasetOverview:
@@ -86,24 +88,28 @@ def annotation_overview(*, revision: tuple[str, str] | None = None) -> DatasetOv
     are worked out once per index). `revision`: the revision row's (token, generation) as the
     caller's statement read it just now (`AnnotationRevision.state()`), so that the index kept
     at that token is taken without reading the row again (a statement a step, issue 15); any
-    other token, or none, and the index is asked as ever (it reads the row)."""
-    global _shapes_cache
+    other token, or none, and the index is asked as ever (it reads the row).
+
+    With the index, the same overview (one object, shared: read it, never change it) is given
+    while the index and its revision are the same: a step's system prompt is then made once
+    too (chat.turns)."""
+    global _overview_cache
     if spatial_backend() == "postgis":
         counts, shapes = postgis.annotation_overview()
         return DatasetOverview(counts=counts, shapes=shapes)
     index = spatial_index_cached()
     if index is None or revision is None or index.revision != revision[0]:
         index = spatial_index()
-    cached = _shapes_cache
+    cached = _overview_cache
     if cached is not None and cached[:2] == (id(index), index.revision):
-        shapes = cached[2]
-    else:
-        shapes = {name: _class_shape(c) for name, c in index.classes.items()}
-        _shapes_cache = (id(index), index.revision, shapes)
+        return cached[2]
+    shapes = {name: _class_shape(c) for name, c in index.classes.items()}
     counts = index.counts()  # the index just read: not the revision row a second time
-    return DatasetOverview(
+    overview = DatasetOverview(
         counts=counts, shapes={name: shapes.get(name, "mixed") for name in counts}
     )
+    _overview_cache = (id(index), index.revision, overview)
+    return overview
 
 
 def _class_shape(class_index: ClassIndex) -> Shape:

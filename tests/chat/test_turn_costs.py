@@ -199,6 +199,44 @@ async def test_a_step_builds_no_tool_spec_and_writes_no_json_of_them(
     assert made["json"] < registry.backend_tool_specs().json_chars // 4, made
 
 
+async def test_a_step_makes_no_overview_and_no_system_prompt_while_the_index_holds(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """The dataset's overview (counts and shapes from the spatial index) and the system prompt
+    made from it are the same while the index's revision is: each step made both (the counts,
+    the overview's JSON and the guide joined into the prompt) on the database thread every
+    turn queues on (issue 15)."""
+    from chat import turns
+    from geosense.annotations import selectors as annotation_selectors
+
+    openai_agent.reply_text("Warm.")  # the process's first turn makes them
+    assert (await start_turn(client, trusted_caller, "hello")).names()[-1] == "turn_end"
+    made = {"prompts": 0, "overviews": 0}
+
+    def counted(name, function):
+        def call(*args, **kwargs):
+            made[name] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(turns, "system_prompt", counted("prompts", turns.system_prompt))
+    monkeypatch.setattr(
+        annotation_selectors,
+        "DatasetOverview",
+        counted("overviews", annotation_selectors.DatasetOverview),
+    )
+    ws = await tab(trusted_caller, [LOCATION])
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    openai_agent.reply_text("Here.")
+    turn = start_turn(client, trusted_caller, "where am I?")
+    await invoke_answer(ws, {"status": "GRANTED"})
+    assert (await turn).names()[-1] == "turn_end"
+    await ws.disconnect()
+    # Two steps: 2 prompts and 2 overviews before.
+    assert made == {"prompts": 0, "overviews": 0}, made
+
+
 async def test_events_for_sockets_all_served_directly_skip_the_in_memory_layer(
     client, trusted_caller, openai_agent, monkeypatch
 ):
