@@ -302,12 +302,15 @@ class ChunkParser:
             if not (isinstance(choice, dict) and choice.get("index", 0) in (0, None)):
                 continue
             delta = choice.get("delta")
+            # Each field but the content is looked up only when the delta has its key (`in`
+            # is no call): a model streams its answer a token a chunk, each a content alone.
             if isinstance(delta, dict):  # Azure's content-filter chunks carry none
-                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                if isinstance(reasoning, str):
-                    self._thinking += reasoning
-                    self._flush_thinking(out, everything=False)
-                for key in ("content", "refusal"):
+                if "reasoning_content" in delta or "reasoning" in delta:
+                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                    if isinstance(reasoning, str):
+                        self._thinking += reasoning
+                        self._flush_thinking(out, everything=False)
+                for key in ("content", "refusal") if "refusal" in delta else ("content",):
                     text = delta.get(key)
                     if isinstance(text, str) and text:
                         # Once the answer has begun there are no think tags to look for (a call
@@ -321,18 +324,20 @@ class ChunkParser:
                             if self._thinking:
                                 self._flush_thinking(out, everything=True)
                             out.append(TextDelta(answer))
-                fragments = delta.get("tool_calls")
-                if isinstance(fragments, list) and fragments:
-                    if self._thinking:
-                        self._flush_thinking(out, everything=True)
-                    for position, fragment in enumerate(fragments):
-                        if isinstance(fragment, dict):
-                            self._fragment(fragment, position)
-                legacy = delta.get("function_call")
-                if isinstance(legacy, dict):
-                    if self._thinking:
-                        self._flush_thinking(out, everything=True)
-                    self._fragment({"index": _LEGACY_FUNCTION_INDEX, "function": legacy}, 0)
+                if "tool_calls" in delta:
+                    fragments = delta["tool_calls"]
+                    if isinstance(fragments, list) and fragments:
+                        if self._thinking:
+                            self._flush_thinking(out, everything=True)
+                        for position, fragment in enumerate(fragments):
+                            if isinstance(fragment, dict):
+                                self._fragment(fragment, position)
+                if "function_call" in delta:
+                    legacy = delta["function_call"]
+                    if isinstance(legacy, dict):
+                        if self._thinking:
+                            self._flush_thinking(out, everything=True)
+                        self._fragment({"index": _LEGACY_FUNCTION_INDEX, "function": legacy}, 0)
             reason = choice.get("finish_reason")
             if isinstance(reason, str) and reason:
                 self.finished, self.finish_reason = True, reason
