@@ -1,8 +1,7 @@
 """What a Daphne process does before it serves: nothing costly is left for the first request.
 
-Importing the model client (chat/agents/http.py, which makes its TLS context as it is
-imported: the CA bundle, ~50 ms of CPU; aiohttp took ~0.25 s, the `openai` SDK the agent used
-before about a second) is done before serving. Left to the first turn after a
+Importing the model client's package (aiohttp, ~0.25 s of CPU; the `openai` SDK the agent
+used before took about a second) is done before serving. Left to the first turn after a
 start, it ran on the event loop: every user of the process waited, and a process restarted
 after a crash took its sessions' next message seconds late (`bench/recovery.py`).
 """
@@ -15,7 +14,7 @@ from tests.browser.daphne_server import BASE_DIR, manage, server_env
 PROBE = """
 import sys
 import geosense.asgi  # what Daphne imports before it listens
-print("chat.agents.openai" in sys.modules, "chat.agents.http" in sys.modules, "openai" in sys.modules)
+print("chat.agents.openai" in sys.modules, "aiohttp" in sys.modules, "openai" in sys.modules)
 from django.urls import get_resolver
 print("url_patterns" in vars(get_resolver()))  # a cached_property, kept once read
 import gc
@@ -44,7 +43,7 @@ def _imported_at_start(tmp_path, agent: str) -> list[str]:
 def test_the_openai_agent_is_imported_before_the_process_serves(tmp_path):
     agent_module, package, sdk, urls_resolved, *_gc = _imported_at_start(tmp_path, "openai")
     assert (agent_module, package) == ("True", "True")
-    assert sdk == "False", "the agent talks to the server on its own client, not through the SDK"
+    assert sdk == "False", "the agent talks to the server on aiohttp alone, not through the SDK"
     assert urls_resolved == "True", "the first request would import every view module"
 
 

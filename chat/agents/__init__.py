@@ -87,9 +87,8 @@ def _provider_config_forget(*, setting: str, **kwargs) -> None:
 
 def agent_code_import() -> None:
     """Import the configured agent's code as the process starts (`geosense/asgi.py`): its
-    HTTP client (`http`) makes its TLS context as it is imported (the CA bundle: ~50 ms of
-    CPU), which the first turn after every start would otherwise spend on the event loop,
-    every user of the process waiting."""
+    HTTP client (aiohttp) takes about 0.25 s of CPU to import, which the first turn after every
+    start would otherwise spend on the event loop, every user of the process waiting."""
     if settings.GEOSENSE_AGENT == "openai":
         from . import openai  # noqa: F401
 

@@ -1,18 +1,16 @@
 """An agent backed by any OpenAI-compatible chat-completions server (streaming, tools).
 
-The request goes out on a small HTTP/1.1 client of our own (`http`): the `openai` SDK's
-request building (its options models, httpx's request, header and URL objects, its decoding
-layers over the transport) cost about 0.95 ms of CPU a request against 0.4 ms for aiohttp
-alone, and aiohttp's own per-request and per-chunk steps were a third of the main thread's
-Python calls at 200 users (issue 15: the event loop is the ceiling of a process; `http`'s
-docstring says what it does). What the SDK did for us is kept here, by its rules: the bearer key,
+The request goes out on aiohttp directly: the `openai` SDK's request building (its options
+models, httpx's request, header and URL objects, its decoding layers over the transport) cost
+about 0.95 ms of CPU a request against 0.4 ms for aiohttp alone (issue 15: the event loop is
+the ceiling of a process). What the SDK did for us is kept here, by its rules: the bearer key,
 retries before the answer starts (`_post`), HTTP errors with the server's own words
 (`_status_message`). The body is read as bytes and framed by `wire.SseDecoder`, then parsed
 by `wire.ChunkParser`, because the servers people run stream in dialects a strict reader
 rejects (docs/models.md, "How each server streams").
 
-One client per configuration and event loop (`provider_client`: an `http.ModelClient`, its
-kept-alive connections), closed at shutdown (`provider_clients_close`). The body is
+One client per configuration and event loop (`provider_client`: an `aiohttp.ClientSession`
+and its connection pool), closed at shutdown (`provider_clients_close`). The body is
 serialised on the loop whatever its length: orjson holds the GIL, so a worker thread running it
 would hold the loop up as long and add its hop (~60 Python calls on the loop, a hand-over of
 the GIL); the history window's budget bounds the body, and orjson writes even 4,000 distinct messages
@@ -42,10 +40,10 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+import aiohttp
 import orjson
 
 from .base import AgentChunk, AgentContext, AgentError
-from .http import ModelClient, Response
 from .wire import ChunkParser, SseDecoder, SseEvent, Usage
 
 logger = logging.getLogger(__name__)
@@ -60,7 +58,9 @@ RETRIED_STATUSES = frozenset({408, 409, 429})
 # How long the body's end may take after `[DONE]` for the connection to be kept (`_body_end_read`).
 BODY_END_SECONDS = 0.25
 ERROR_BODY_BYTES = 64 * 1024  # what is read of an HTTP error's body for its message
-USER_AGENT = "GeoSense"
+CONNECTIONS_MAX = 1000  # as the SDK's pool: a process's requests in flight never queue here
+KEEPALIVE_SECONDS = 5.0
+USER_AGENT = f"GeoSense aiohttp/{aiohttp.__version__}"
 TOOL_CHOICE_MODES = ("auto", "none", "required")
 # A refusal that names image input: OpenAI's "image_url is only supported by certain models",
 # vLLM's "is not a multimodal model", llama.cpp's "image input is not supported … mmproj".
@@ -151,25 +151,40 @@ def request_json(
 
 
 # --- the shared clients ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelClient:
+    """A configuration's connection pool (its headers, time-outs and proxy set once) and the
+    address its requests go to."""
+
+    session: aiohttp.ClientSession
+    url: str
+    proxy: str | None  # the environment's for `url`, passed per request (older aiohttp has no
+    # session-wide proxy)
+
+
 _clients: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, dict[tuple[Any, ...], ModelClient]
 ] = weakref.WeakKeyDictionary()
 
 
 def _client_build(config: ProviderConfig) -> ModelClient:
-    """The client for a configuration, built on the loop it belongs to (cheap: `http` made its
-    TLS context when it was imported, at the process's start).
+    """The session for a configuration: cheap to build (aiohttp made its TLS context when it was
+    imported, at the process's start), so it is built on the loop it belongs to.
 
-    Its own time-out bounds the connection only (`connect_timeout`, each attempt); `_post` and
-    `_EventReader` hold the first-byte and between-chunk ones. A proxy named by the environment
+    aiohttp's own time-outs bound the connection only (`connect_timeout`, each attempt);
+    `_post` and `_EventReader` hold the first-byte and between-chunk ones. No cookies (a model
+    API sets none, and a jar is looked at on every request); a proxy named by the environment
     (`HTTPS_PROXY`, `NO_PROXY`, as httpx read them) is looked up here once, not per request."""
     url = config.base_url.rstrip("/") + "/chat/completions"
-    return ModelClient(
-        url,
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=CONNECTIONS_MAX, keepalive_timeout=KEEPALIVE_SECONDS),
         headers=_headers(config),
-        connect_timeout=config.connect_timeout,
-        proxy=_environment_proxy(url),
+        timeout=aiohttp.ClientTimeout(
+            total=None, connect=config.connect_timeout, sock_connect=config.connect_timeout
+        ),
+        cookie_jar=aiohttp.DummyCookieJar(),
     )
+    return ModelClient(session=session, url=url, proxy=_environment_proxy(url))
 
 
 def _headers(config: ProviderConfig) -> dict[str, str]:
@@ -211,7 +226,7 @@ def provider_client(config: ProviderConfig) -> ModelClient:
 async def provider_clients_close() -> None:
     """Close this loop's clients (their pooled connections); the next turn builds anew."""
     for client in _clients.pop(asyncio.get_running_loop(), {}).values():
-        await client.close()
+        await client.session.close()
 
 
 # --- one request -----------------------------------------------------------------------------
@@ -267,7 +282,7 @@ class OpenAIAgent:
             raise AgentError(exc.message) from exc
         except TimeoutError as exc:
             raise AgentError("The language model server did not answer in time.") from exc
-        except OSError as exc:
+        except (aiohttp.ClientError, OSError) as exc:
             raise AgentError(
                 f"The language model stream broke off ({type(exc).__name__})."
             ) from exc
@@ -290,13 +305,13 @@ class OpenAIAgent:
 
     async def _open(
         self, *, history: list[dict[str, Any]], tools: list[dict[str, Any]]
-    ) -> tuple[Response, float]:
+    ) -> tuple[aiohttp.ClientResponse, float]:
         """The streamed response and the deadline of its first bytes (the first-byte time-out
         from sending); a server that refuses the pictures (HTTP 400 or 422 naming image input)
         is asked once more with them in words, and is not sent pictures again."""
         client = provider_client(self.config)
         body = request_json(self.config, history=history, tools=tools)
-        deadline = client.loop.time() + self.config.first_byte_timeout
+        deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout
         try:
             return await _post(client, body, deadline=deadline), deadline
         except StatusError as exc:
@@ -314,26 +329,28 @@ class OpenAIAgent:
                 self.config.model or "default",
             )
         body = request_json(self.config, history=history, tools=tools, images=False)
-        deadline = client.loop.time() + self.config.first_byte_timeout
+        deadline = asyncio.get_running_loop().time() + self.config.first_byte_timeout
         return await _post(client, body, deadline=deadline), deadline
 
 
-async def _post(client: ModelClient, body: bytes, *, deadline: float) -> Response:
+async def _post(client: ModelClient, body: bytes, *, deadline: float) -> aiohttp.ClientResponse:
     """Send the body until the answer starts, within the first-byte deadline: a failed
     connection, and HTTP 408, 409, 429 and 5xx, are tried again up to MAX_RETRIES times after
     `_retry_delay` (the openai SDK's rules). A wait that would end past the deadline is not
     begun: the last failure is the answer (a rate limit's own words rather than a time-out)."""
-    loop = client.loop
+    loop = asyncio.get_running_loop()
     retries_taken = 0
     while True:
         failure: Exception
+        timeout = asyncio.timeout_at(deadline)
         try:
-            response = await client.post(body, by=deadline)
-            if response.status < 400:
-                return response
-            failure = await _status_error(response, by=deadline)
-        except OSError as exc:  # TimeoutError among them: connecting, or the deadline's
-            if loop.time() >= deadline:
+            async with timeout:
+                response = await client.session.post(client.url, data=body, proxy=client.proxy)
+                if response.status < 400:
+                    return response
+                failure = await _status_error(response)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            if timeout.expired():
                 raise TimeoutError from exc
             failure = exc
         if isinstance(failure, StatusError) and not _should_retry(failure):
@@ -346,17 +363,14 @@ async def _post(client: ModelClient, body: bytes, *, deadline: float) -> Respons
         retries_taken += 1
 
 
-async def _status_error(response: Response, *, by: float) -> StatusError:
-    """The error of an HTTP error answer, its body read (up to ERROR_BODY_BYTES, by the
-    first-byte deadline `by`) for the server's words; the response is released (its connection
-    kept when the body was whole)."""
+async def _status_error(response: aiohttp.ClientResponse) -> StatusError:
+    """The error of an HTTP error answer, its body read (up to ERROR_BODY_BYTES) for the
+    server's words; the response is released (its connection kept when the body was whole)."""
     data = b""
     try:
-        while len(data) < ERROR_BODY_BYTES and (piece := await response.read(by=by)):
+        while len(data) < ERROR_BODY_BYTES and (piece := await response.content.readany()):
             data += piece
-    except TimeoutError:
-        raise  # the deadline passed: `_post` gives up
-    except OSError:
+    except (aiohttp.ClientError, OSError):
         data = b""  # a body that broke off: the status alone
     finally:
         response.release()
@@ -413,7 +427,9 @@ def _give_up(failure: Exception) -> NoReturn:
     a time-out (connecting), or any other failed connection as the stream that broke off."""
     if isinstance(failure, StatusError):
         raise failure
-    if isinstance(failure, TimeoutError):
+    if isinstance(failure, TimeoutError) or isinstance(
+        getattr(failure, "os_error", None), TimeoutError
+    ):
         raise TimeoutError from failure
     raise AgentError("The language model stream broke off (APIConnectionError).") from failure
 
@@ -426,28 +442,34 @@ class _EventReader:
     """The body's events as its bytes arrive: `read()` gives those of the next piece read (a
     list, maybe empty), then those the body's end completes, then None. The first piece comes
     by the first-byte deadline, each next within `gap` seconds of the wait for it (else a
-    `TimeoutError`, or `StreamStalled` once one has come). What is buffered already is taken
-    without a timer."""
+    `TimeoutError`, or `StreamStalled` once one has come).
 
-    def __init__(self, response: Response, *, first_by: float, gap: float) -> None:
-        self._response = response
+    What is buffered already is taken without a timer, and the wait is begun without first
+    asking for nothing: the stream's count of the bytes it was fed (`total_bytes`) against
+    those taken says which (an empty `read_nowait` is four of aiohttp's Python calls, and most
+    reads after the first piece find nothing buffered)."""
+
+    def __init__(self, response: aiohttp.ClientResponse, *, first_by: float, gap: float) -> None:
+        self._content = response.content
         self._decoder = SseDecoder()
         self._first_by = first_by
         self._gap = gap
-        self._started = False  # a piece of the body has come
+        self._taken = 0  # bytes of the body read so far
         self._ended = False
 
     async def read(self) -> list[SseEvent] | None:
         if self._ended:
             return None
-        response = self._response
-        chunk = response.read_nowait()
-        if chunk is None:
-            started = self._started
+        content = self._content
+        if content.total_bytes != self._taken:
+            chunk = content.read_nowait()
+        else:
+            started = self._taken > 0
             try:
-                chunk = await response.read(
-                    by=response.loop.time() + self._gap if started else self._first_by
-                )
+                async with (
+                    asyncio.timeout(self._gap) if started else asyncio.timeout_at(self._first_by)
+                ):
+                    chunk = await content.readany()
             except TimeoutError:
                 if not started:
                     raise
@@ -458,24 +480,25 @@ class _EventReader:
         if not chunk:
             self._ended = True
             return self._decoder.close()
-        self._started = True
+        self._taken += len(chunk)
         return self._decoder.feed(chunk)
 
 
-async def _body_end_read(response: Response) -> None:
+async def _body_end_read(response: aiohttp.ClientResponse) -> None:
     """Read the body's end after `[DONE]` (servers send it right after), so that the response
     closes complete and its connection goes back to the pool: closed mid-body, the connection
     is dropped and every request opens a new one (a TCP connect, with TLS a handshake: ~5 % of
     the server's CPU at 200 users against the fake model, issue 15). A server that keeps the
     body open past `BODY_END_SECONDS` loses its connection. The end has usually arrived with
     `[DONE]` already: then nothing is read and no timer is set."""
-    if response.complete:
+    content = response.content
+    if content.at_eof():
         return
-    by = response.loop.time() + BODY_END_SECONDS
     try:
-        while await response.read(by=by):
-            pass
-    except OSError:  # TimeoutError among them
+        async with asyncio.timeout(BODY_END_SECONDS):
+            while await content.readany():
+                pass
+    except (TimeoutError, aiohttp.ClientError, OSError):
         pass
 
 

@@ -68,7 +68,7 @@ def client() -> AsyncClient:
 @pytest_asyncio.fixture
 async def openai_agent(settings, fake_llm) -> AsyncIterator[object]:
     """The openai agent on the fake model; the model client the test's loop built is closed
-    after it (its kept connections), as Daphne closes its own at shutdown."""
+    after it, as Daphne closes its own at shutdown (aiohttp reports a session left open)."""
     settings.GEOSENSE_AGENT = "openai"
     settings.GEOSENSE_LLM_BASE_URL = fake_llm.base_url
     settings.GEOSENSE_LLM_MODEL = "fake-model"

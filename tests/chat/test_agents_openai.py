@@ -4,6 +4,7 @@ provider settings as the server receives them."""
 import json
 import socket
 
+import aiohttp
 import pytest
 
 from chat.agents import AgentContext, TextDelta, agent_configured
@@ -188,7 +189,7 @@ async def test_settings_reach_the_server_as_headers_and_body_fields(
     assert headers["x-tenant"] == "geo" and headers["api-key"] == "k-123"
     assert headers["authorization"] == "Bearer not-needed"  # no key: the placeholder
     assert headers["content-type"] == "application/json"
-    assert headers["user-agent"] == "GeoSense"
+    assert headers["user-agent"].startswith("GeoSense aiohttp/")
 
 
 @pytest.mark.asyncio
@@ -232,15 +233,28 @@ async def test_lines_may_end_with_crlf_or_cr(openai_agent, end):
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
-async def test_pieces_arriving_apart_and_together_are_read_whole(openai_agent):
-    """As a model streams them: a piece at a time with a pause between, or several at once."""
+async def test_the_body_is_read_without_asking_for_bytes_not_there(openai_agent, monkeypatch):
+    """A read that finds nothing buffered is four of aiohttp's Python calls for nothing: the
+    reader waits at once when its count of the body's bytes says nothing is buffered, and the
+    body's end is not asked for once `at_eof` says it came (issue 15). Pieces arriving
+    apart (a pause between them) and together, as a model streams them."""
     from tests.fakes.fake_openai import Pause, Text
 
+    reads: list[int] = []
+    read_nowait = aiohttp.StreamReader.read_nowait
+
+    def counted(stream, *args):
+        data = read_nowait(stream, *args)
+        reads.append(len(data))
+        return data
+
+    monkeypatch.setattr(aiohttp.StreamReader, "read_nowait", counted)
     openai_agent.reply(Text("Hello there.", chunks=3))
     openai_agent.reply(Text("Hello", chunks=2), Pause(0.2), Text(" again.", chunks=2))
 
     assert await _answer() == "Hello there."
     assert await _answer() == "Hello again."
+    assert 0 not in reads
 
 
 class _CountedHeaders(dict):
@@ -265,7 +279,7 @@ async def test_a_configurations_client_is_found_without_reading_its_settings_aga
         assert all(provider_client(config) is client for _ in range(3))
         assert headers.reads == built
     finally:
-        await client.close()
+        await client.session.close()
 
 
 async def _answer() -> str:

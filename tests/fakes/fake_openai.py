@@ -189,7 +189,7 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
 class FakeHTTPServer(ThreadingHTTPServer):
     """A thread per connection, and a listen backlog of a real model server's (uvicorn's, which
     vLLM serves on: 2048) rather than socketserver's 5: an engine opening its connections
-    together (bench/load.py: 200 turns begin at once, ~100 connections in the model client's pool) had
+    together (bench/load.py: 200 turns begin at once, ~100 connections in aiohttp's pool) had
     all but a few of their SYNs dropped, each connecting again after TCP's 1 s
     retransmission, which the bench measured as the turns' latency."""
 
