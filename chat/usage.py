@@ -19,7 +19,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from geosense.accounts.services import credit_balance, credit_charge
-from geosense.compiled import FETCH_ONE, db_value, qmark_form, time_param, write_run
+from geosense.compiled import FETCH_ONE, db_value, model_made, qmark_form, time_param, write_run
 from geosense.dbpool import trip_connections
 
 from .models import ChatSession, TurnUsage
@@ -159,7 +159,7 @@ def _usage_add(
     }
     # Made from its values in its fields' order, as the ORM makes what it reads (from keywords,
     # each field left out is looked up and defaulted: ~20 Python calls every step).
-    usage = TurnUsage(*[values.get(name) for name in _USAGE_FIELDS])
+    usage = model_made(TurnUsage, [values.get(name) for name in _USAGE_FIELDS])
     usage._state.adding, usage._state.db = False, connection.alias
     return usage
 

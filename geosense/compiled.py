@@ -18,12 +18,13 @@ etc.).
 
 import datetime
 import functools
+import inspect
 import logging
 import operator
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,6 +33,9 @@ from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.utils import CursorWrapper
 from django.db.models import DateTimeField, Field, Model, QuerySet, UUIDField
+from django.db.models.base import ModelState
+from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
+from django.db.models.signals import post_init, pre_init
 from django.db.models.sql import UpdateQuery
 
 from geosense.dbpool import trip_connections
@@ -300,8 +304,49 @@ def model_columns(model: type[Model], *, through: str = "") -> list[str]:
 
 def model_from_row(model: type[Model], row: tuple[Any, ...]) -> Model:
     """The instance the ORM would load from `row` (values of `model_columns`, converted)."""
-    names = [field.attname for field in model._meta.concrete_fields]
-    return model.from_db(DEFAULT_DB_ALIAS, names, row)
+    if model.from_db.__func__ is not Model.from_db.__func__:  # the model's own loading
+        names = [field.attname for field in model._meta.concrete_fields]
+        return model.from_db(DEFAULT_DB_ALIAS, names, row)
+    obj = model_made(model, row)
+    obj._state.adding, obj._state.db = False, DEFAULT_DB_ALIAS
+    return obj
+
+
+def model_made(model: type[Model], row: Sequence[Any]) -> Model:
+    """`model(*row)`: `row` holds a value of each of its concrete fields, in order. Made as
+    `Model.__init__` makes it from such values, its fields' values in its `__dict__` and a new
+    `ModelState`, without `__init__`'s `pre_init` and `post_init` signals and the foreign keys'
+    descriptors (which drop a related object's cache, which a new instance has none of): ~5
+    Python calls an instance, 8 instances a turn (its messages and usage row, the request's
+    token, user and session). A model with its own `__init__`, a field with a descriptor that
+    does work when set, or any receiver of those signals (an `ImageField`'s), and `__init__`
+    makes it."""
+    names = _plain_fields.get(model)
+    if names is None:
+        names = _plain_fields[model] = _plain_field_names(model)
+    if not names or pre_init.receivers or post_init.receivers or len(row) != len(names):
+        return model(*row)
+    obj = model.__new__(model)
+    obj._state = ModelState()
+    obj.__dict__.update(zip(names, row, strict=True))
+    return obj
+
+
+def _plain_field_names(model: type[Model]) -> tuple[str, ...]:
+    """The attribute names of `model`'s concrete fields, if `model_made` may set them in its
+    `__dict__`; () otherwise."""
+    if model.__init__ is not Model.__init__:
+        return ()
+    names = tuple(field.attname for field in model._meta.concrete_fields)
+    for name in names:
+        descriptor = inspect.getattr_static(model, name, None)
+        setter = type(descriptor).__dict__.get("__set__") if descriptor is not None else None
+        if setter is not None and type(descriptor) is not ForeignKeyDeferredAttribute:
+            return ()
+    return names
+
+
+_plain_fields: dict[type[Model], tuple[str, ...]] = {}
 
 
 def db_value(model: Any, field: str, value: Any, connection: Any) -> Any:
@@ -518,7 +563,7 @@ class CompiledInsert:
             values[name] if name in values else f.get_default() if default is _FRESH else default
             for name, f, default in self._concrete
         ]
-        obj = self.model(*row)
+        obj = model_made(self.model, row)
         params = []
         for position, field, kind, nul_free in plan.fields:
             value = row[position]

@@ -265,13 +265,14 @@ def test_a_compiled_insert_hands_on_the_values_its_fields_store_as_they_are(sess
     instance is made from the values in order (150 Python calls for this insert before, 67
     after; issue 15; 56 with its creation time adapted as `db_value` adapts an aware time; 43
     with its session's key prepared as `db_value` prepares a UUID, and a constant None default
-    kept; 38 with its creation time made into SQLite's text by `time_param`). A value of another kind is still prepared by its field, as the ORM prepares it."""
+    kept; 38 with its creation time made into SQLite's text by `time_param`; 29 with the
+    instance made without `__init__`'s signals and the session key's descriptor). A value of another kind is still prepared by its field, as the ORM prepares it."""
     first, _ = sessions
     insert = CompiledInsert(Message)
     insert.create(session_id=first.pk, turn=1, role="note", content="first")
     message = dict(session_id=first.pk, turn=3, role=Message.Role.ASSISTANT, content="Here.")
     calls = python_calls_of(insert.create, **message, tool_calls=[])
-    assert calls <= 38, calls
+    assert calls <= 29, calls
     odd = insert.create(
         session_id=str(first.pk), turn="4", role=Message.Role.TOOL, is_error=1, tool_call_id="\x00"
     )
@@ -543,3 +544,49 @@ def test_the_module_imports_before_any_database_backend_is_loaded():
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "geosense.settings"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.django_db
+def test_an_instance_is_made_as_init_makes_it_without_its_signals_or_descriptors(sessions):
+    """`model_made` gives what `model(*row)` gives (its fields' values, a new state; a related
+    object read through its key) for the models a turn makes, in one Python call (`__init__`'s
+    two signals and the keys' descriptors: 6 for a message); a model with a receiver of
+    `post_init` is made by `__init__`, and so are its instances."""
+    from django.db.models.signals import post_init
+
+    from geosense.accounts.models import ApiToken
+    from geosense.compiled import model_from_row, model_made
+
+    first, _ = sessions
+    for model, source in (
+        (Message, Message.objects.filter(session=first).first()),
+        (ChatSession, first),
+        (ApiToken, ApiToken(user=first.user, digest="d", prefix="p")),
+        (get_user_model(), first.user),
+    ):
+        row = [getattr(source, field.attname) for field in model._meta.concrete_fields]
+        made, init = model_made(model, row), model(*row)
+        assert type(made) is model
+        assert {k: v for k, v in vars(made).items() if k != "_state"} == {
+            k: v for k, v in vars(init).items() if k != "_state"
+        }
+        assert (made._state.adding, made._state.db) == (True, None)
+        loaded = model_from_row(model, row)
+        assert (loaded._state.adding, loaded._state.db) == (False, "default")
+    stored = Message.objects.first()
+    row = [getattr(stored, field.attname) for field in Message._meta.concrete_fields]
+    message = model_made(Message, row)
+    assert message.session.pk == message.session_id
+    assert python_calls_of(model_made, Message, row) == 1
+
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(sender)
+
+    post_init.connect(receiver, sender=Message)
+    try:
+        model_made(Message, row)
+    finally:
+        post_init.disconnect(receiver, sender=Message)
+    assert seen == [Message]
