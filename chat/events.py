@@ -188,8 +188,8 @@ class EventSink:
     needs of its session (its key and group, whether progress is shared, the channel layer
     and whether it is this process's own) is found once per turn, and the loop it emits on at
     its first event with a socket here (`get_running_loop` is a `getpid` system call on
-    CPython 3.11): ~6 events a turn, each on the event loop (issue 15). `emit` does its work in its own frame (the progress, the
-    frame to each socket of this process, whether the layer has more to reach): each helper
+    CPython 3.11): ~6 events a turn, each on the event loop (issue 15). `emit` does its work in
+    its own frame (the progress, the frame to each socket of this process, whether the layer has more to reach): each helper
     it called was a Python call an event.
     """
 

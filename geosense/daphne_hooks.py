@@ -369,7 +369,8 @@ def _answer_started(request, message: dict) -> None:
     raw = headers._rawHeaders
     for name, value in message.get("headers", {}):
         # `add_raw_header_known`'s two lines (`_header_added`), a Python call a header fewer:
-        # a fix to one is a fix to both.
+        # Twisted's header append is written out here, there and in `header_received_known`;
+        # a fix to one is a fix to all three.
         canonical = _CANONICAL_NAMES.get(name)
         if canonical is None or type(value) is not bytes:
             headers.addRawHeader(name, value)

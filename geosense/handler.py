@@ -236,10 +236,11 @@ def _holds_nothing(local) -> bool:
     return storage is None or not storage.data or storage.thread_id != threading.get_ident()
 
 
-# Django's context-only receivers (above) and the `Local` each only acts on: with nothing in it,
-# the receiver has nothing to do (`close_caches` closes the caches made in the context: none;
-# `reset_urlconf` takes the request's URLconf away: there is none).
-_ACTS_ON_ALONE = {close_caches: caches._connections, reset_urlconf: urls_base._urlconfs}
+# Django's context-only receivers (above) and where the `Local` each only acts on is (its holder
+# and name, read at each request: `override_settings(CACHES=...)` makes `caches` a new `Local`,
+# review 32-b L1): with nothing in it, the receiver has nothing to do (`close_caches` closes the
+# caches made in the context: none; `reset_urlconf` takes the request's URLconf away: none).
+_ACTS_ON_ALONE = {close_caches: (caches, "_connections"), reset_urlconf: (urls_base, "_urlconfs")}
 
 
 async def _signal_send(signal: Signal, sender: type, **named: Any) -> None:
@@ -250,8 +251,8 @@ async def _signal_send(signal: Signal, sender: type, **named: Any) -> None:
         await signal.asend(sender=sender, **named)
         return
     for receiver in receivers:
-        local = _ACTS_ON_ALONE.get(receiver)
-        if local is None or not _holds_nothing(local):
+        acts_on = _ACTS_ON_ALONE.get(receiver)
+        if acts_on is None or not _holds_nothing(getattr(*acts_on)):
             receiver(signal=signal, sender=sender, **named)
 
 
@@ -578,8 +579,9 @@ class ASGIHandler(asgi.ASGIHandler):
 
     @classmethod
     def chunk_bytes(cls, data):
-        """Django's, a part no longer than a chunk handed on whole without its generator (two
-        Python calls for each of a stream's parts, each an event or two)."""
+        """Django's, a body no longer than a chunk handed on whole without its generator (two
+        Python calls): an answer that is not streamed, and a stream's part longer than a
+        chunk (`send_response` sends a shorter part as it is)."""
         if len(data) <= cls.chunk_size:
             return ((data, True),)
         return super().chunk_bytes(data)

@@ -250,11 +250,6 @@ class SessionMiddleware(AsyncNative, sessions_middleware.SessionMiddleware):
         else:
             request.session = _lazy(self.SessionStore)
 
-    def process_response(self, request: HttpRequest, response: HttpResponseBase):
-        if _unmade(getattr(request, "session", None)):
-            return response
-        return super().process_response(request, response)
-
     def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> object:
         session = getattr(request, "session", None)
         if session is None or _unmade(session):
@@ -269,11 +264,6 @@ class MessageMiddleware(AsyncNative, messages_middleware.MessageMiddleware):
 
     def process_request(self, request: HttpRequest) -> None:
         request._messages = _lazy(partial(default_storage, weakref.proxy(request)))
-
-    def process_response(self, request: HttpRequest, response: HttpResponseBase):
-        if _unmade(getattr(request, "_messages", None)):
-            return response
-        return super().process_response(request, response)
 
     def response_needs_thread(self, request: HttpRequest, response: HttpResponseBase) -> object:
         storage = getattr(request, "_messages", None)

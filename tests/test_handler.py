@@ -1239,3 +1239,36 @@ async def test_the_security_headers_are_those_the_middlewares_send_wrapper_adds(
 
     assert answers[0] == answers[1]
     assert b"content-security-policy" in dict(answers[0][1])
+
+
+def _request_finished_sent() -> None:
+    """`_signal_send(request_finished)` as the handler sends it at a request's end (Django's own
+    receivers only: no thread hop, so the coroutine ends at its first step)."""
+    with pytest.raises(StopIteration):
+        handler_module._signal_send(request_finished, handler_module.ASGIHandler).send(None)
+
+
+@pytest.mark.parametrize("override_ended", [False, True])
+def test_a_cache_made_in_a_request_is_closed_at_its_end_after_caches_are_overridden(
+    override_ended,
+):
+    """`override_settings(CACHES=...)` gives `caches` a new `Local` (Django's `setting_changed`
+    receiver), during the override and after it: the request's end still finds the cache the
+    request made there and closes it (the `Local` was read once at import: review 32-b L1)."""
+    from django.core.cache import caches
+    from django.test import override_settings
+
+    locmem = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    closed = []
+
+    def in_request():
+        cache = caches["default"]
+        cache.close = lambda **kwargs: closed.append(cache)
+        _request_finished_sent()
+
+    with override_settings(CACHES=locmem):
+        if not override_ended:
+            contextvars.Context().run(in_request)
+    if override_ended:
+        contextvars.Context().run(in_request)
+    assert len(closed) == 1
