@@ -67,10 +67,10 @@ def session_claim(*, session_id: object, numbered_from: int | None = None) -> bo
     The claim names this process; a dead process's claim is free at once (chat/processes.py),
     and any claim expires with its lease. Raises SessionBusy.
 
-    `numbered_from`: the session's `turn_count` as a new message read it, with nothing to set
-    aside or repair (`session_turn_facts`, `calls_unanswered`): the claim numbers the new turn
-    too (True), in the same update, if the count still holds (a turn numbered since may have
-    left something to repair: then the claim alone, False). One statement and one write
+    `numbered_from`: the session's `turn_count` as a new message read it, no turn holding the
+    session and nothing to set aside or repair (`session_turn_facts`, `calls_unanswered`): the
+    claim numbers the new turn too (True), in the same update, if the count still holds (a
+    turn numbered since may have left something to repair: then the claim alone, False). One statement and one write
     transaction fewer a turn than a claim and then a numbering (the session's row twice in
     the write-ahead log), on the database thread every turn queues on (issue 15).
     """
@@ -210,9 +210,10 @@ def turn_begin(*, session_id: object, count: int | None = None) -> int:
 
 def session_turn_facts(
     *, session_id: object
-) -> tuple[int, bool, bool, list[tuple[int, int, str, Any]]]:
-    """(turn_count, whether the session has a title, whether a pause of it is open, the
-    latest turns' results and calls as `history_repair` reads them), in one read: a new
+) -> tuple[int, bool, bool, bool, list[tuple[int, int, str, Any]]]:
+    """(turn_count, whether the session has a title, whether a pause of it is open, whether
+    no turn holds it (`turn_state` idle: released, never claimed), the latest turns' results
+    and calls as `history_repair` reads them), in one read: a new
     message's turn needs them all (the repair and the numbering; the title from its first
     message; the pauses it sets aside, usually none: two reads of their own before, and the
     repair's read a statement of its own after, on the database thread every turn queues on,
@@ -221,9 +222,10 @@ def session_turn_facts(
     rows = _TURN_FACTS.rows(session_id)
     if not rows:
         raise ChatSession.DoesNotExist("ChatSession matching query does not exist.")
-    count, title, approval_open, decision_open = rows[0][:4]
-    unsettled = [row[4:] for row in rows if row[4] is not None]
-    return count, bool(title), bool(approval_open or decision_open), unsettled
+    count, title, approval_open, decision_open, state = rows[0][:5]
+    unsettled = [row[5:] for row in rows if row[5] is not None]
+    idle = state == ChatSession.TurnState.IDLE
+    return count, bool(title), bool(approval_open or decision_open), idle, unsettled
 
 
 def _turn_number_update(session_id: object, count: int):
@@ -259,6 +261,7 @@ def _turn_facts_query(session_id: object) -> models.QuerySet:
             "title",
             "approval_open",
             "decision_open",
+            "turn_state",
             "latest__id",
             "latest__turn",
             "latest__tool_call_id",

@@ -256,7 +256,7 @@ def _prepare_message(
         count, titled = numbered.count, numbered.titled
         turn = count + 1
     else:
-        count, titled, paused, unsettled = services.session_turn_facts(session_id=session_id)
+        count, titled, paused, _, unsettled = services.session_turn_facts(session_id=session_id)
         if paused:
             approvals.pauses_set_aside(session_id=session_id)
             unsettled = None  # the results it stored are read with the rest
@@ -320,20 +320,22 @@ class _Facts:
 
 
 def _facts_settled(session_id: Any) -> _Facts | None:
-    """A new message's session facts, read before the claim, when they show nothing to set
-    aside or repair (no pause open, every call of the latest turns answered): the claim may
-    then number the turn in the same update, conditioned on the count read here (any turn
-    numbered since, which may have left something, makes it the claim alone, and the facts
-    are read again under it). None otherwise (a missing session too: the claim refuses it, as
-    before). Calls and pauses are written only by a turn holding the claim, which a new
-    message's numbers and a resume's needs an open pause for (this read would show it): what
-    the read shows holds while the count does, as it holds for a read under the claim
-    (engine invariants 1, 2)."""
+    """A new message's session facts, read before the claim, when they show no turn holding
+    the session and nothing to set aside or repair (no pause open, every call of the latest
+    turns answered): the claim may then number the turn in the same update, conditioned on the
+    count read here (any turn numbered since, which may have left something, makes it the
+    claim alone, and the facts are read again under it). None otherwise (a missing session
+    too: the claim refuses it, as before). Calls and pauses are written only by a turn holding
+    the claim: none held it at this read (a turn that did, even one whose lease ran out, may
+    store a call or a pause and release before the claim below, leaving the count as it was:
+    review 32-a H1), and a later one is a new message's, which numbers its turn, or a resume's,
+    which needs an open pause (this read would show it). So what the read shows holds while
+    the count does, as it holds for a read under the claim (engine invariants 1, 2)."""
     try:
-        count, titled, paused, unsettled = services.session_turn_facts(session_id=session_id)
+        count, titled, paused, idle, unsettled = services.session_turn_facts(session_id=session_id)
     except ChatSession.DoesNotExist:
         return None
-    if paused or services.calls_unanswered(unsettled):
+    if not idle or paused or services.calls_unanswered(unsettled):
         return None
     return _Facts(count=count, titled=titled)
 

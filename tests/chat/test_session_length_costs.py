@@ -110,9 +110,9 @@ def test_a_new_messages_facts_read_gives_the_repair_the_latest_turns_in_its_own_
     services.session_turn_facts(session_id=session.pk)  # compiled by the first read
     with monkeypatch.context() as patched:
         costs = Costs(patched)
-        count, titled, paused, unsettled = services.session_turn_facts(session_id=session.pk)
+        count, titled, paused, idle, unsettled = services.session_turn_facts(session_id=session.pk)
         assert len(costs.statements) == 1, costs.statements
-        assert (count, titled, paused) == (300, False, False)
+        assert (count, titled, paused, idle) == (300, False, False, True)
         assert len(unsettled) == 5  # turns 299 and 300: two calls, their results, the lost call
         statements = len(costs.statements)
         repaired = services.history_repair(
@@ -123,7 +123,7 @@ def test_a_new_messages_facts_read_gives_the_repair_the_latest_turns_in_its_own_
         assert not [sql for sql in repair if sql.startswith("SELECT")], repair  # writes only
     assert stored_history_is_valid(session.pk)
     empty = ChatSession.objects.create(user=session.user)
-    assert services.session_turn_facts(session_id=empty.pk) == (0, False, False, [])
+    assert services.session_turn_facts(session_id=empty.pk) == (0, False, False, True, [])
 
 
 def test_a_new_messages_facts_read_converts_its_pause_flags_once_not_per_row_read():

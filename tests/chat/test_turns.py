@@ -7,7 +7,7 @@ import time
 import pytest
 
 from chat import services
-from chat.models import ChatSession, ClientToolRegistration, Message
+from chat.models import Approval, ChatSession, ClientToolRegistration, Message
 from chat.turns import turns_settle
 from tests.chat.helpers import (
     history_is_valid,
@@ -386,6 +386,52 @@ async def test_a_turn_numbered_between_a_new_messages_read_and_its_claim_is_repa
     asked = await Message.objects.filter(session_id=session_id, role="user").alatest("id")
     assert (asked.turn, asked.content) == (2, "again") and result.pk < asked.pk
     assert history_is_valid(openai_agent.requests[0]["messages"])
+
+
+async def test_a_pause_left_by_the_turn_holding_the_claim_at_a_new_messages_read_is_set_aside(
+    client, trusted_caller, openai_agent, monkeypatch
+):
+    """The turn holding the session's claim while a new message reads its facts is numbered
+    already: it may store a call and its pause and release before the new message's claim,
+    and the count does not move. The facts show the session held, so the claim comes first and
+    the facts are read again under it: the pause is set aside and its call answered before the
+    new turn (engine invariant 1; review 32-a H1: the numbered claim skipped both)."""
+    from chat import turns
+
+    session_id = trusted_caller.session.pk
+    await ChatSession.objects.filter(pk=session_id).aupdate(turn_count=1, turn_state="running")
+    await Message.objects.acreate(session_id=session_id, turn=1, role="user", content="first")
+    real_facts = turns._facts_settled
+
+    def facts_then_the_holder_pauses_and_releases(session_id):
+        facts = real_facts(session_id)
+        message = Message.objects.create(
+            session_id=session_id,
+            turn=1,
+            role="assistant",
+            tool_calls=[{"id": "paid", "name": "list_classes", "arguments": "{}"}],
+        )
+        Approval.objects.create(
+            session_id=session_id,
+            message=message,
+            tool_call_id="paid",
+            tool_name="list_classes",
+            reasons=["credits"],
+        )
+        ChatSession.objects.filter(pk=session_id).update(turn_state="idle", turn_lease=None)
+        return facts
+
+    monkeypatch.setattr(turns, "_facts_settled", facts_then_the_holder_pauses_and_releases)
+    openai_agent.reply_text("Fine.")
+    out = await post_stream(
+        client, trusted_caller.url("/message/stream"), {"text": "again"}, token=trusted_caller.token
+    )
+    assert out.names()[-1] == "turn_end"
+    approval = await Approval.objects.aget(tool_call_id="paid")
+    assert approval.status == "set_aside"
+    assert history_is_valid(openai_agent.requests[0]["messages"])
+    asked = await Message.objects.filter(session_id=session_id, role="user").alatest("id")
+    assert (asked.turn, asked.content) == (2, "again")
 
 
 async def test_a_subagent_gets_only_read_only_backend_tools_never_client_tools(
