@@ -715,15 +715,16 @@ def _checked_query(session_id: object, since: int, newest: int | None) -> QueryS
 # `_checked`'s texts of a `_checked_query`, joined by the database.
 _JOINED = {
     "sqlite": "GROUP_CONCAT(id || ':' || COALESCE(cut, '') || ':' || COALESCE(context, ''), ',')",
-    "postgresql": "STRING_AGG(CONCAT(id, ':', cut, ':', context), ',')",
+    "postgresql": "STRING_AGG(CONCAT(id, ':', cut, ':', context), ',' ORDER BY id DESC, context)",
 }
 
 
 def _check_query(session_id: object, since: int, newest: int, kept: str) -> QuerySet:
     """One row: whether the kept rows' texts (`_checked`), joined in order, are `kept`, and the
-    new rows' (newer than `newest`) joined, or NULL. Joined by the database in the order its
-    subquery gives them (SQLite's `group_concat` promises no order: a different one would
-    only fail the check, since equal texts are the same rows, contexts and drafts' lengths)."""
+    new rows' (newer than `newest`) joined, or NULL. PostgreSQL joins them in the order its
+    aggregate names; SQLite in the order its subquery gives them (its `group_concat` takes an
+    order from 3.44 only, and promises none before: a different one would only fail the
+    check, since equal texts are the same rows, contexts and drafts' lengths; review 32-a L1)."""
     join = _JOINED[connections[DEFAULT_DB_ALIAS].vendor]
     kept_sql, kept_params = _checked_query(session_id, since, newest).query.sql_with_params()
     new_sql, new_params = _checked_query(session_id, newest + 1, None).query.sql_with_params()
