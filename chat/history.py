@@ -316,7 +316,7 @@ def _read(
     for row in rows:
         found = contexts.get(row.id)
         cut = row.size if row.cut_off else None
-        if found is None:  # most rows: no context, no call to make what is checked
+        if found is None:  # most rows: no context, `_checked(row.id, cut, None)` without a call
             checked, contexts_kept = (f"{row.id}:{'' if cut is None else cut}:",), []
         else:
             pks = sorted(context[0] for context in found)
@@ -696,7 +696,8 @@ def _stored_row(message: Message) -> _Kept | None:
         tool_call_id=call_id,
         cut_off=False,
     )
-    return _Kept(row=row, contexts=[], checked=(f"{row.id}::",), chars=_kept_chars(row, []))
+    checked = (f"{row.id}::",)  # `_checked(row.id, None, None)`, written out (a call a row)
+    return _Kept(row=row, contexts=[], checked=checked, chars=_kept_chars(row, []))
 
 
 def _checked_query(session_id: object, since: int, newest: int | None) -> QuerySet:
@@ -712,7 +713,8 @@ def _checked_query(session_id: object, since: int, newest: int | None) -> QueryS
     return rows.order_by("-id", "artifact__id").values("id", "cut", "context")[:CHECK_ROWS]
 
 
-# `_checked`'s texts of a `_checked_query`, joined by the database.
+# `_checked`'s texts of a `_checked_query`, joined by the database (the same text, spelled in
+# each one's SQL). The vendor is the default connection's: GeoSense uses one database.
 _JOINED = {
     "sqlite": "GROUP_CONCAT(id || ':' || COALESCE(cut, '') || ':' || COALESCE(context, ''), ',')",
     "postgresql": "STRING_AGG(CONCAT(id, ':', cut, ':', context), ',' ORDER BY id DESC, context)",

@@ -266,7 +266,8 @@ def test_a_compiled_insert_hands_on_the_values_its_fields_store_as_they_are(sess
     after; issue 15; 56 with its creation time adapted as `db_value` adapts an aware time; 43
     with its session's key prepared as `db_value` prepares a UUID, and a constant None default
     kept; 38 with its creation time made into SQLite's text by `time_param`; 29 with the
-    instance made without `__init__`'s signals and the session key's descriptor). A value of another kind is still prepared by its field, as the ORM prepares it."""
+    instance made without `__init__`'s signals and the session key's descriptor). A value of
+    another kind is still prepared by its field, as the ORM prepares it."""
     first, _ = sessions
     insert = CompiledInsert(Message)
     insert.create(session_id=first.pk, turn=1, role="note", content="first")
@@ -408,8 +409,8 @@ def test_a_compiled_write_that_fails_inside_atomic_marks_it_for_rollback(session
 def test_an_aware_time_is_prepared_as_its_field_prepares_it_in_few_python_calls():
     """A compiled statement's time (the claim's lease, the release's update) went through the
     field's whole preparation, whose steps before the database's adaptation are for naive
-    values and text: 12 Python calls before, 5 after (issue 15); 1 more than `db_value` with
-    SQLite's adaptation made by `time_param`."""
+    values and text: 12 Python calls before, 5 after (issue 15), at most 2 with SQLite's
+    adaptation made by `time_param` (`db_value` and it)."""
     from datetime import UTC, datetime, timedelta, timezone
     from zoneinfo import ZoneInfo
 

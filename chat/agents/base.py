@@ -68,7 +68,9 @@ class AgentContext:
     """What the engine knows as data beside the history the model reads as text: the live
     annotations per class, each class's shape ("point", "line", "polygon" or "mixed": what can
     be measured) and the request the turn answers. An LLM reads them in its messages; an agent
-    that is code (the local one) reads them here, never parsed back out of text."""
+    that is code (the local one) reads them here, never parsed back out of text. `overview`
+    and `shapes` are made once per index revision and shared by every step until it changes
+    (review 32-a L7): read them, never change them in place."""
 
     overview: Mapping[str, int] = field(default_factory=dict)
     shapes: Mapping[str, str] = field(default_factory=dict)

@@ -393,10 +393,12 @@ def test_a_steps_check_answers_one_row_whatever_the_windows_length(monkeypatch):
         answers.clear()
         assert_same_window(session.session.pk, budget=100_000, images=False)
         answer = answers[-1]  # (the first also compiles the statement, then runs it)
-        sizes[length] = len(answer)
+        # One row (by construction: the session's), which says the kept rows passed (review
+        # 32-a L2: a check that always failed would re-read the same window, unseen).
+        sizes[length] = len(answer), bool(answer[-1][0])
         context = Artifact.objects.get(message__content=f"question {length + 1}").pk
         new[length] = answer[-1][-1], context
-    assert sizes == {10: 1, 120: 1}, sizes
+    assert sizes == {10: (1, True), 120: (1, True)}, sizes
     for texts, context in new.values():  # the new turn's 4 rows, its question's context
         assert [text.partition(":")[2] for text in texts.split(",")] == [
             ":",
