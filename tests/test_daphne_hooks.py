@@ -1284,6 +1284,44 @@ def test_a_connection_with_something_queued_is_closed_by_twisteds_write_round():
         assert _received_to_the_end(client) == b"queued"
 
 
+class _AnotherTransport(tcp.Server):
+    pass
+
+
+# Each state in which the early close would be wrong, made on an answered connection with
+# nothing queued: the close takes Twisted's own path (review 32-b L6).
+_NOT_AT_ONCE = {
+    "another transport": lambda channel, t: setattr(t, "__class__", _AnotherTransport),
+    "another network producer": lambda channel, t: setattr(channel, "_networkProducer", object()),
+    "TLS": lambda channel, t: setattr(t, "TLS", True),
+    "not connected": lambda channel, t: setattr(t, "connected", 0),
+    "closing": lambda channel, t: setattr(t, "disconnecting", 1),
+    "half-closing": lambda channel, t: setattr(t, "_writeDisconnecting", True),
+    "half-closed": lambda channel, t: setattr(t, "_writeDisconnected", True),
+    "a write queued": lambda channel, t: t._tempDataBuffer.append(b"queued"),
+    "a buffer not all sent": lambda channel, t: setattr(t, "dataBuffer", b"unsent"),
+    "another producer": lambda channel, t: setattr(t, "producer", object()),
+}
+
+
+@pytest.mark.parametrize("state", [None, *_NOT_AT_ONCE])
+def test_an_answered_connection_is_closed_at_once_only_when_nothing_else_may_need_twisted(state):
+    from geosense.daphne_hooks import _closed_at_once
+
+    twisteds: list = []
+    close = _closed_at_once(twisteds.append)  # Twisted's path, recorded instead of taken
+    with _http_served() as (channel, transport, _client, lost):
+        transport.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        if state is not None:
+            _NOT_AT_ONCE[state](channel, transport)
+        close(channel)
+        if state is None:
+            assert (twisteds, [reason.type for reason in lost]) == ([], [error.ConnectionDone])
+        else:
+            assert (twisteds, lost) == ([channel], [])
+        transport.__class__ = tcp.Server
+
+
 def test_an_answered_connections_close_costs_few_python_calls():
     """Twisted's close of a connection with nothing queued: `loseConnection` (the channel's,
     the transport's, its producer's release, `stopReading`, `startWriting`), then a round's
