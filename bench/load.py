@@ -123,10 +123,13 @@ def scripted_fake() -> Any:
 
 
 def fake_main(port_file: str) -> None:
+    """Serve the scripted model until the bench that started it is gone: terminated at its end,
+    or left behind by a bench killed outright (then this process's parent changes)."""
+    bench = os.getppid()
     fake = scripted_fake()
     Path(port_file).write_text(fake.base_url)
-    while True:
-        time.sleep(3600)
+    while os.getppid() == bench:
+        time.sleep(1.0)
 
 
 # --- the users --------------------------------------------------------------------------------
