@@ -146,6 +146,16 @@ async def test_a_text_turn_costs_few_pool_trips_and_statements(
     assert costs.compiled == 0, costs.compiled
 
 
+async def _served_call_turn(client, caller, openai_agent, ws) -> None:
+    """A turn whose one client-tool call `ws` serves, to its `turn_end`; then the tab closes."""
+    openai_agent.reply_tool_calls([("c1", "location_get", {})])
+    openai_agent.reply_text("Here.")
+    turn = start_turn(client, caller, "where am I?")
+    await invoke_answer(ws, {"status": "GRANTED"})
+    assert (await turn).names()[-1] == "turn_end"
+    await ws.disconnect()
+
+
 async def test_a_step_builds_no_tool_spec_and_writes_no_json_of_them(
     client, trusted_caller, openai_agent, monkeypatch
 ):
@@ -187,12 +197,7 @@ async def test_a_step_builds_no_tool_spec_and_writes_no_json_of_them(
         classmethod(counted("declared", client_tools.ClientTool.from_declaration.__func__)),
     )
     monkeypatch.setattr(history, "json", Json())
-    openai_agent.reply_tool_calls([("c1", "location_get", {})])
-    openai_agent.reply_text("Here.")
-    turn = start_turn(client, trusted_caller, "where am I?")
-    await invoke_answer(ws, {"status": "GRANTED"})
-    assert (await turn).names()[-1] == "turn_end"
-    await ws.disconnect()
+    await _served_call_turn(client, trusted_caller, openai_agent, ws)
     # Two steps: 18 specs built, 2 declarations decoded, 9,000+ characters of JSON before.
     assert made["specs"] == 0, made
     assert made["declared"] == 0, made
@@ -227,12 +232,7 @@ async def test_a_step_makes_no_overview_and_no_system_prompt_while_the_index_hol
         counted("overviews", annotation_selectors.DatasetOverview),
     )
     ws = await tab(trusted_caller, [LOCATION])
-    openai_agent.reply_tool_calls([("c1", "location_get", {})])
-    openai_agent.reply_text("Here.")
-    turn = start_turn(client, trusted_caller, "where am I?")
-    await invoke_answer(ws, {"status": "GRANTED"})
-    assert (await turn).names()[-1] == "turn_end"
-    await ws.disconnect()
+    await _served_call_turn(client, trusted_caller, openai_agent, ws)
     # Two steps: 2 prompts and 2 overviews before.
     assert made == {"prompts": 0, "overviews": 0}, made
 
